@@ -1,0 +1,28 @@
+# The two commands of the README. Everything they need is installed by the targets themselves.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: demo test venv lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "== installing specroute and its dependencies into $(VENV)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(PY) -m router demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/proxy_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,187 @@
+"""Request features: named numbers read from a `RequestView`.
+
+Pure: no I/O, no clock, no globals. The token counter is passed in (the tokenizer is loaded
+once at start-up by the edge), and work is bounded: text features read only the capped text
+the view kept, and the prompt's token count is estimated from a bounded sample's
+tokens-per-character ratio rather than by tokenizing a 300 KB body.
+
+`FEATURE_NAMES` fixes the order of `Features.vector()`; any change to names, order or meaning
+bumps `FEATURE_SCHEMA_VERSION`, and model artifacts refuse to load on a mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Final
+
+from classifiers.request_view import RequestView
+
+FEATURE_SCHEMA_VERSION: Final = 1
+
+# Characters tokenized to estimate the prompt's tokens-per-character ratio.
+TOKEN_SAMPLE_CAP: Final = 2_000
+# Without a tokenizer: a rough ratio for English/code (CJK is counted per character).
+FALLBACK_CHARS_PER_TOKEN: Final = 3.6
+
+TokenCounter = Callable[[str], int]
+
+_FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
+_CODE_LINE = re.compile(
+    r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
+    public |private |func |fn |let |const |var |SELECT |INSERT |UPDATE |CREATE |<\w+[^>]*>|\}|\{)
+    |[;{}]\s*$|=>|->|==|!=|\w+\(.*\)\s*[:{;]?\s*$)""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """The request features, all numbers (booleans as 0/1) so that a model can read them."""
+
+    n_tools: int
+    tool_schema_chars: int
+    tool_choice_required: bool
+    tool_choice_none: bool
+    last_role_tool: bool
+    last_role_assistant: bool
+    history_has_tool: bool
+    n_messages: int
+    code_fences: int
+    code_line_share: float
+    cjk_share: float
+    json_mode: bool
+    temperature: float  # -1 when the request did not set it
+    greedy: bool  # temperature set to <= 0
+    thinking: bool  # thinking mode asked for (explicitly or by model alias)
+    thinking_unset: bool  # the request said nothing about thinking
+    max_tokens: int  # 0 when unset
+    prompt_tokens: int  # estimated
+    last_user_tokens: int
+    system_chars: int
+
+    def as_dict(self) -> dict[str, float | int | bool]:
+        return asdict(self)
+
+    def vector(self) -> tuple[float, ...]:
+        return tuple(float(getattr(self, name)) for name in FEATURE_NAMES)
+
+
+FEATURE_NAMES: Final = tuple(f.name for f in fields(Features))
+
+# Model aliases that select a mode regardless of other fields (ds4: deepseek-chat is
+# non-thinking, deepseek-reasoner thinks).
+_NON_THINKING_MODELS: Final = frozenset({"deepseek-chat"})
+_THINKING_MODELS: Final = frozenset({"deepseek-reasoner"})
+
+
+def extract(view: RequestView, count_tokens: TokenCounter | None = None) -> Features:
+    """The features of one request. `count_tokens` is the tokenizer's counter, if loaded."""
+    text = view.last_user_text
+    last_user_tokens = _count(text[:TOKEN_SAMPLE_CAP], count_tokens)
+    if len(text) > TOKEN_SAMPLE_CAP:
+        last_user_tokens = round(last_user_tokens * len(text) / TOKEN_SAMPLE_CAP)
+    thinking = _thinking(view)
+    return Features(
+        n_tools=len(view.tools),
+        tool_schema_chars=sum(_rough_size(t) for t in view.tools[:64]),
+        tool_choice_required=view.tool_choice in ("required", "function", "any", "tool"),
+        tool_choice_none=view.tool_choice == "none",
+        last_role_tool=view.last_role in ("tool", "function"),
+        last_role_assistant=view.last_role == "assistant",
+        history_has_tool="tool" in view.roles or "function" in view.roles,
+        n_messages=len(view.roles),
+        code_fences=(len(_FENCE.findall(text)) + 1) // 2,  # an unclosed fence still opens a block
+        code_line_share=_code_line_share(text),
+        cjk_share=cjk_share(text),
+        json_mode=view.response_format in ("json_object", "json_schema"),
+        temperature=-1.0 if view.temperature is None else view.temperature,
+        greedy=view.temperature is not None and view.temperature <= 0.0,
+        thinking=thinking is True,
+        thinking_unset=thinking is None,
+        max_tokens=view.max_tokens or 0,
+        prompt_tokens=_estimate_prompt_tokens(view, count_tokens),
+        last_user_tokens=last_user_tokens,
+        system_chars=len(view.system_text),
+    )
+
+
+def cjk_share(text: str) -> float:
+    """Share of CJK characters among the non-space characters of `text`."""
+    sample = text[:TOKEN_SAMPLE_CAP]
+    letters = sum(1 for ch in sample if not ch.isspace())
+    if letters == 0:
+        return 0.0
+    cjk = sum(1 for ch in sample if _is_cjk(ch))
+    return round(cjk / letters, 4)
+
+
+def _thinking(view: RequestView) -> bool | None:
+    model = view.model.lower()
+    if model in _NON_THINKING_MODELS:
+        return False
+    if view.thinking is not None:
+        return view.thinking
+    if model in _THINKING_MODELS:
+        return True
+    return None
+
+
+def _is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        0x4E00 <= code <= 0x9FFF  # unified ideographs
+        or 0x3400 <= code <= 0x4DBF  # extension A
+        or 0x3040 <= code <= 0x30FF  # kana
+        or 0xAC00 <= code <= 0xD7AF  # hangul
+        or 0xF900 <= code <= 0xFAFF
+        or 0x3000 <= code <= 0x303F  # CJK punctuation
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+    )
+
+
+def _code_line_share(text: str) -> float:
+    lines = [line for line in text[: TOKEN_SAMPLE_CAP * 2].splitlines() if line.strip()]
+    if not lines:
+        return 0.0
+    code = sum(1 for line in lines if _CODE_LINE.search(line))
+    return round(code / len(lines), 4)
+
+
+def _estimate_prompt_tokens(view: RequestView, count_tokens: TokenCounter | None) -> int:
+    sample = (view.system_text + view.context_tail + view.last_user_text)[:TOKEN_SAMPLE_CAP]
+    if not sample:
+        return 0
+    per_char = _count(sample, count_tokens) / len(sample)
+    return max(1, round(view.total_chars * per_char))
+
+
+def _count(text: str, count_tokens: TokenCounter | None) -> int:
+    if not text:
+        return 0
+    if count_tokens is not None:
+        return count_tokens(text)
+    cjk = sum(1 for ch in text if _is_cjk(ch))
+    return cjk + round((len(text) - cjk) / FALLBACK_CHARS_PER_TOKEN)
+
+
+def _rough_size(node: object, budget: int = 20_000) -> int:
+    """Characters a JSON value would take, bounded, without serialising it."""
+    if isinstance(node, str):
+        return len(node) + 2
+    if isinstance(node, dict):
+        total = 2
+        for key, value in node.items():
+            total += len(str(key)) + 4 + _rough_size(value, budget - total)
+            if total >= budget:
+                return budget
+        return total
+    if isinstance(node, list):
+        total = 2
+        for value in node:
+            total += 1 + _rough_size(value, budget - total)
+            if total >= budget:
+                return budget
+        return total
+    return len(str(node))

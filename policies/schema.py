@@ -1,0 +1,95 @@
+"""The routing policy file (YAML): typed, frozen, unknown keys rejected.
+
+Pure data and validation. Read with `policies.yamlfile.load_model(path, Policy)` so that errors
+carry the file, line and field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from classifiers.scores import CLASSES
+
+Profile = Literal["mtp", "plain"]
+Route = Literal["mtp", "plain", "auto"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Assume(_Strict):
+    """What to assume about a request that does not say (engine defaults differ)."""
+
+    temperature: float = Field(1.0, description="temperature when the request sets none")
+    thinking: bool = Field(False, description="thinking mode when the request does not say")
+
+
+class Overrides(_Strict):
+    """Rules checked before the class route, in this order."""
+
+    header: bool = Field(True, description="honour the x-specroute-route request header")
+    models: dict[str, Profile] = Field(default_factory=dict, description="model alias -> profile")
+    api_keys: dict[str, Profile] = Field(
+        default_factory=dict, description="API-key name (see config) -> profile"
+    )
+    sampled: Profile | None = Field(
+        "plain", description="profile for temperature > 0 (speculation only pays on greedy)"
+    )
+    thinking: Profile | None = Field("plain", description="profile for thinking mode")
+    response_format: dict[Literal["json"], Profile] = Field(
+        default_factory=dict, description="json (json_object or json_schema) -> profile"
+    )
+
+
+class Exploration(_Strict):
+    rate: float = Field(0.05, ge=0.0, le=0.5, description="largest share routed against belief")
+    min_samples: int = Field(30, ge=1, description="samples per arm before a learned value counts")
+
+
+class Stickiness(_Strict):
+    enabled: bool = True
+    ttl_s: float = Field(1800.0, gt=0, description="forget a conversation after this idle time")
+    max_conversations: int = Field(10_000, ge=1)
+
+
+class Policy(_Strict):
+    schema_version: Literal[1] = 1
+    fallback: Profile = Field("plain", description="profile when the classifier fails")
+    default: Route = Field("plain", description="profile for a class with no route")
+    routes: dict[str, Route] = Field(default_factory=dict, description="class -> route")
+    languages: dict[str, dict[str, Route]] = Field(
+        default_factory=dict, description="lang -> {class -> route}, wins over routes"
+    )
+    assume: Assume = Field(default_factory=Assume)
+    overrides: Overrides = Field(default_factory=Overrides)
+    exploration: Exploration = Field(default_factory=Exploration)
+    stickiness: Stickiness = Field(default_factory=Stickiness)
+
+    @field_validator("routes")
+    @classmethod
+    def _known_classes(cls, routes: dict[str, Route]) -> dict[str, Route]:
+        bad = sorted(c for c in routes if c not in CLASSES)
+        if bad:
+            raise ValueError(f"unknown class(es) {bad}; known: {list(CLASSES)}")
+        return routes
+
+    @field_validator("languages")
+    @classmethod
+    def _known_classes_per_lang(
+        cls, languages: dict[str, dict[str, Route]]
+    ) -> dict[str, dict[str, Route]]:
+        for routes in languages.values():
+            cls._known_classes(routes)
+        return languages
+
+    def route_for(self, top_class: str, lang: str) -> tuple[Route, str]:
+        """The configured route for a class and language, and the rule that gave it."""
+        per_lang = self.languages.get(lang, {})
+        if top_class in per_lang:
+            return per_lang[top_class], f"languages.{lang}.{top_class}"
+        if top_class in self.routes:
+            return self.routes[top_class], f"routes.{top_class}"
+        return self.default, "default"
