@@ -1,0 +1,258 @@
+"""A simulated OpenAI-compatible engine: a real aiohttp server for tests, demos and benchmarks.
+
+It answers chat completions, completions, Anthropic messages, responses, models and embeddings,
+as JSON or SSE, emitting a deterministic reply (the same bytes whatever the profile, like real
+lossless speculation) at the pace of the depth-1 cost model from DESIGN.md:
+a plain step costs `t_plain`; with MTP-1, a cycle is skipped by the margin gate with
+probability `gate_skip` (one token, `t_plain + t_draft`) or verified (`t_verify + t_draft`,
+`1 + acceptance` tokens). Acceptance is per workload class, which `class_of(body)` decides.
+It reports llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`) and OpenAI `usage`.
+
+Scripted faults let tests exercise failover: refuse, fail with a status before any byte,
+die after N chunks, delay the first byte, hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+WORDS = (
+    "the of and to in is for that on with as by this are be from at it an or which can "
+    "model token decode draft verify cycle cache speculative request route backend plain"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Per-step costs in milliseconds; the defaults are a GB10 running ds4 (DESIGN.md)."""
+
+    t_plain_ms: float = 68.0
+    t_verify_ms: float = 108.0
+    t_draft_ms: float = 4.0
+    gate_skip: float = 0.44
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One scripted misbehaviour, consumed by the next request."""
+
+    kind: str  # "refuse" | "status" | "die_after" | "delay" | "hang"
+    status: int = 500
+    after_chunks: int = 2
+    delay_s: float = 0.0
+
+
+@dataclass
+class SimState:
+    profile: str  # "mtp" | "plain"
+    model: str = "sim-model"
+    cost: CostModel = field(default_factory=CostModel)
+    acceptance: Mapping[str, float] = field(default_factory=dict)  # class -> acceptance
+    default_acceptance: float = 0.7
+    reply_tokens: int = 24
+    time_scale: float = 0.0  # 0: no sleeping (fast tests); 1: real cost-model pace
+    class_of: Callable[[Mapping[str, Any]], str] = lambda body: "technical"
+    faults: deque[Fault] = field(default_factory=deque)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: int = 0
+    inflight: int = 0
+
+
+SIM_STATE = web.AppKey("sim_state", SimState)
+
+
+def create_sim_app(state: SimState) -> web.Application:
+    app = web.Application()
+    app[SIM_STATE] = state
+    app.router.add_get("/health", _health)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/chat/completions", _generate)
+    app.router.add_post("/v1/completions", _generate)
+    app.router.add_post("/v1/messages", _generate)
+    app.router.add_post("/v1/responses", _generate)
+    app.router.add_post("/v1/embeddings", _embeddings)
+    return app
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _models(request: web.Request) -> web.Response:
+    state = request.app[SIM_STATE]
+    return web.json_response(
+        {"object": "list", "data": [{"id": state.model, "object": "model", "owned_by": "sim"}]}
+    )
+
+
+async def _embeddings(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    text = json.dumps(body.get("input"))
+    digest = hashlib.sha256(text.encode()).digest()
+    vector = [round(b / 255, 4) for b in digest[:8]]
+    return web.json_response(
+        {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+         "model": request.app[SIM_STATE].model}
+    )
+
+
+async def _generate(request: web.Request) -> web.StreamResponse:
+    state = request.app[SIM_STATE]
+    body = await request.json()
+    state.received.append({"path": request.path, "body": body, "headers": dict(request.headers)})
+    fault = state.faults.popleft() if state.faults else None
+    if fault is not None and fault.kind == "refuse":
+        assert request.transport is not None
+        request.transport.close()
+        raise asyncio.CancelledError  # the connection is gone; nothing to answer
+    if fault is not None and fault.kind == "status":
+        return web.json_response(
+            {"error": {"message": "simulated failure", "type": "server_error"}}, status=fault.status
+        )
+    if fault is not None and fault.kind in ("delay", "hang"):
+        await asyncio.sleep(fault.delay_s if fault.kind == "delay" else 3600)
+    state.inflight += 1
+    try:
+        plan = _plan(state, body)
+        if body.get("stream"):
+            return await _stream(request, state, body, plan, fault)
+        await asyncio.sleep(plan.total_s * state.time_scale)
+        return web.json_response(_full_response(request.path, state, body, plan))
+    except asyncio.CancelledError:
+        state.cancelled += 1
+        raise
+    finally:
+        state.inflight -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    tokens: tuple[str, ...]
+    step_s: tuple[float, ...]  # seconds before each token
+    draft_n: int
+    accepted: int
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.step_s)
+
+
+def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
+    """The reply and its pacing under the cost model, deterministic in the request."""
+    seed = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).digest()
+    rng = random.Random(seed)
+    limit = body.get("max_tokens") or body.get("max_completion_tokens") or state.reply_tokens
+    n = max(1, min(int(limit), state.reply_tokens))
+    tokens = tuple(rng.choice(WORDS) + " " for _ in range(n))
+    cost = state.cost
+    acceptance = state.acceptance.get(state.class_of(body), state.default_acceptance)
+    if state.profile != "mtp":
+        return _Plan(tokens, tuple([cost.t_plain_ms / 1000] * n), 0, 0)
+    steps: list[float] = []
+    draft_n = accepted = 0
+    while len(steps) < n:
+        if rng.random() < cost.gate_skip:
+            steps.append((cost.t_plain_ms + cost.t_draft_ms) / 1000)
+            continue
+        draft_n += 1
+        cycle = (cost.t_verify_ms + cost.t_draft_ms) / 1000
+        if rng.random() < acceptance and len(steps) + 2 <= n:
+            accepted += 1
+            steps += [cycle, 0.0]  # two tokens from one verify
+        else:
+            steps.append(cycle)
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted)
+
+
+def _timings(plan: _Plan, state: SimState) -> dict[str, Any]:
+    predicted_ms = plan.total_s * 1000 or 1e-3
+    timings: dict[str, Any] = {
+        "prompt_n": 8,
+        "predicted_n": len(plan.tokens),
+        "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_second": round(len(plan.tokens) / predicted_ms * 1000, 3),
+    }
+    if state.profile == "mtp":
+        timings.update(draft_n=plan.draft_n, draft_n_accepted=plan.accepted)
+    return timings
+
+
+def _usage(plan: _Plan) -> dict[str, Any]:
+    n = len(plan.tokens)
+    return {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n,
+            "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def _full_response(path: str, state: SimState, body: Mapping[str, Any], plan: _Plan) -> dict[str, Any]:
+    text = "".join(plan.tokens)
+    if path.endswith("/messages"):
+        return {"id": "msg_sim", "type": "message", "role": "assistant", "model": state.model,
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 8, "output_tokens": len(plan.tokens)}}
+    if path.endswith("/responses"):
+        return {"id": "resp_sim", "object": "response", "model": state.model, "status": "completed",
+                "output": [{"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": text}]}],
+                "usage": {"input_tokens": 8, "output_tokens": len(plan.tokens)}}
+    if path.endswith("/completions") and "chat" not in path:
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "length"}
+        kind = "text_completion"
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "finish_reason": "stop"}
+        kind = "chat.completion"
+    return {"id": "cmpl-sim", "object": kind, "created": 0, "model": state.model,
+            "choices": [choice], "usage": _usage(plan), "timings": _timings(plan, state)}
+
+
+async def _stream(
+    request: web.Request, state: SimState, body: Mapping[str, Any], plan: _Plan, fault: Fault | None
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    await response.write(b": prefill\n\n")
+    chat = request.path.endswith("/chat/completions")
+    for index, (token, delay) in enumerate(zip(plan.tokens, plan.step_s)):
+        if fault is not None and fault.kind == "die_after" and index >= fault.after_chunks:
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        await asyncio.sleep(delay * state.time_scale)
+        await response.write(_sse(_chunk(chat, state, token, None)))
+    final = _chunk(chat, state, "", "stop")
+    final["timings"] = _timings(plan, state)
+    await response.write(_sse(final))
+    options = body.get("stream_options")
+    if isinstance(options, Mapping) and options.get("include_usage"):
+        usage_chunk = _chunk(chat, state, "", None)
+        usage_chunk["choices"] = []
+        usage_chunk["usage"] = _usage(plan)
+        await response.write(_sse(usage_chunk))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+def _chunk(chat: bool, state: SimState, token: str, finish: str | None) -> dict[str, Any]:
+    if chat:
+        delta = {"content": token} if token else {}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": token, "finish_reason": finish}
+        kind = "text_completion"
+    return {"id": "cmpl-sim", "object": kind, "created": 0, "model": state.model,
+            "choices": [choice]}
+
+
+def _sse(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"

@@ -1,0 +1,153 @@
+"""The decision-log record: one JSON line per request, the contract between the proxy (writer)
+and `tail`, `learn`, `train` and `report` (readers).
+
+Pure: building, serialising and parsing records; no I/O, no clock (the caller passes `ts`).
+Any change to field names or meanings bumps `SCHEMA_VERSION`; readers accept every version in
+`READABLE_VERSIONS` and count what they skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+SCHEMA_VERSION: Final = 1
+READABLE_VERSIONS: Final = frozenset({1})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened upstream, as measured by the proxy and reported by the backend."""
+
+    status: int = 0
+    error: str = ""
+    backend: str = ""
+    profile: str = ""
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    decode_tps: float | None = None  # measured from the stream: first content to last
+    backend_tps: float | None = None  # as the backend reported it (llama.cpp timings)
+    draft_n: int | None = None
+    draft_accepted: int | None = None
+    spec_source: str = ""  # where draft stats came from: timings, metrics, meta_info, ...
+    failover_from: tuple[str, ...] = ()
+    client_disconnected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRecord:
+    ts: str  # ISO-8601 UTC
+    request_id: str
+    endpoint: str
+    model: str
+    stream: bool
+    conversation: str
+    features: Mapping[str, float | int | bool]
+    classifier: Mapping[str, Any]
+    decision: Mapping[str, Any]
+    outcome: Outcome
+    overhead_ms: float
+    content: Mapping[str, str] | None = None  # only with log.content: true
+    schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def acceptance(self) -> float | None:
+        o = self.outcome
+        if not o.draft_n:
+            return None
+        return (o.draft_accepted or 0) / o.draft_n
+
+
+def to_json(record: RouteRecord) -> str:
+    """One line of JSON, keys in a fixed order, no text unless the record carries content."""
+    data = asdict(record)
+    data["outcome"]["failover_from"] = list(record.outcome.failover_from)
+    if data["content"] is None:
+        del data["content"]
+    if not data["extra"]:
+        del data["extra"]
+    ordered = {"schema_version": data.pop("schema_version"), **data}
+    return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+@dataclass
+class ReadStats:
+    read: int = 0
+    skipped_malformed: int = 0
+    skipped_versions: dict[int, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        parts = [f"{self.read} records"]
+        if self.skipped_malformed:
+            parts.append(f"{self.skipped_malformed} malformed lines skipped")
+        for version, n in sorted(self.skipped_versions.items()):
+            parts.append(f"{n} lines of unknown schema_version {version} skipped")
+        return ", ".join(parts)
+
+
+def parse_line(line: str, stats: ReadStats | None = None) -> RouteRecord | None:
+    """A record from one log line, or None (counted in `stats`) when it is not one we read."""
+    stats = stats if stats is not None else ReadStats()
+    try:
+        data = json.loads(line)
+        version = data.get("schema_version") if isinstance(data, dict) else None
+    except (ValueError, AttributeError):
+        stats.skipped_malformed += 1
+        return None
+    if not isinstance(version, int):
+        stats.skipped_malformed += 1
+        return None
+    if version not in READABLE_VERSIONS:
+        stats.skipped_versions[version] = stats.skipped_versions.get(version, 0) + 1
+        return None
+    try:
+        record = _from_v1(data)
+    except (KeyError, TypeError, ValueError):
+        stats.skipped_malformed += 1
+        return None
+    stats.read += 1
+    return record
+
+
+def parse_lines(lines: Iterable[str], stats: ReadStats | None = None) -> Iterator[RouteRecord]:
+    for line in lines:
+        if line.strip():
+            record = parse_line(line, stats)
+            if record is not None:
+                yield record
+
+
+_OUTCOME_FIELDS: Final = frozenset(Outcome.__dataclass_fields__)
+
+
+def _from_v1(data: dict[str, Any]) -> RouteRecord:
+    raw_outcome = data["outcome"]
+    if not isinstance(raw_outcome, dict):
+        raise TypeError("outcome must be an object")
+    outcome_args = {k: v for k, v in raw_outcome.items() if k in _OUTCOME_FIELDS}
+    outcome_args["failover_from"] = tuple(outcome_args.get("failover_from") or ())
+    for key in ("features", "classifier", "decision"):
+        if not isinstance(data[key], dict):
+            raise TypeError(f"{key} must be an object")
+    return RouteRecord(
+        ts=str(data["ts"]),
+        request_id=str(data["request_id"]),
+        endpoint=str(data["endpoint"]),
+        model=str(data.get("model", "")),
+        stream=bool(data.get("stream", False)),
+        conversation=str(data.get("conversation", "")),
+        features=data["features"],
+        classifier=data["classifier"],
+        decision=data["decision"],
+        outcome=Outcome(**outcome_args),
+        overhead_ms=float(data.get("overhead_ms") or 0.0),
+        content=data.get("content"),
+        schema_version=int(data["schema_version"]),
+        extra=data.get("extra") or {},
+    )
