@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Engine = Literal["ds4", "llamacpp", "vllm", "sglang", "openai"]
 Profile = Literal["mtp", "plain"]
+# How the mtp profile drafts: "auto" uses the draft model when `draft` is given, else the model's
+# own MTP head; "draft" needs `draft`; "mtp" needs a model with MTP weights (or ds4's MTP file).
+SpecMethod = Literal["auto", "draft", "mtp"]
 
 
 class _Strict(BaseModel):
@@ -23,11 +26,15 @@ class LaunchSpec(_Strict):
     binary: str = Field("", description="server executable; empty: the engine's usual name")
     model: str = Field(..., description="model weights path (or model id for vLLM/SGLang)")
     draft: str = Field("", description="draft model / MTP head path, for the mtp profile")
+    spec_method: SpecMethod = Field(
+        "auto", description="mtp profile: draft model ('draft'), MTP head ('mtp'), or 'auto'"
+    )
     host: str = Field("127.0.0.1", description="address the engine listens on")
     port: int = Field(..., ge=1, le=65535)
     args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     ready_timeout_s: float = Field(600.0, gt=0, description="how long to wait until ready")
+    cwd: str = Field("", description="working directory of the process (empty: the router's)")
 
 
 class BackendSpec(_Strict):
@@ -39,7 +46,7 @@ class BackendSpec(_Strict):
     api_key: str = Field("", description="bearer token to send upstream (default: the client's)")
 
     @model_validator(mode="after")
-    def _url_or_launch(self) -> "BackendSpec":
+    def _url_or_launch(self) -> BackendSpec:
         if bool(self.url) == (self.launch is not None):
             raise ValueError("give exactly one of 'url' (attach) or 'launch' (start it)")
         return self
@@ -50,4 +57,4 @@ class BackendSpec(_Strict):
         if self.launch is not None:
             return f"http://{self.launch.host}:{self.launch.port}"
         url = self.url.rstrip("/")
-        return url[: -len("/v1")] if url.endswith("/v1") else url
+        return url.removesuffix("/v1")
