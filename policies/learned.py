@@ -1,0 +1,201 @@
+"""What the learner believes: per class and language, the predicted speedup of `mtp` over `plain`
+in each `p_spec` bin, with its uncertainty and the evidence behind it, and the threshold on
+`p_spec` where that speedup crosses 1.
+
+Pure: data, the depth-1 cost model's arithmetic, the choice of a threshold (also under load),
+and JSON (de)serialisation. No I/O, no clock: `created` is passed in by whoever learned it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final
+
+LEARNED_VERSION: Final = 1
+# A threshold above every p_spec: the learner found no bin where speculation pays.
+NEVER: Final = 1.01
+ANY_LANG: Final = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class CostFit:
+    """The machine's per-step costs (ms), fitted across classes; workload-independent."""
+
+    t_plain_ms: float  # one plain decode step
+    t_skip_ms: float  # a cycle the margin gate skipped: a plain step plus the draft
+    t_verify_ms: float  # a verified cycle: the 2-row verify plus the draft
+    n_plain: int
+    n_mtp: int
+    fit_error: float  # mean relative error of the fitted mtp decode time per request
+    prefill_ms_per_token: Mapping[str, float] = field(default_factory=dict)  # profile -> ms
+    mean_completion_tokens: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BinEstimate:
+    """The predicted speedup for requests with `lo <= p_spec < hi`."""
+
+    lo: float
+    hi: float
+    n_mtp: int
+    n_plain: int
+    speedup: float
+    se: float
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """Everything learned about one class in one language (lang `*`: all languages pooled)."""
+
+    cls: str
+    lang: str
+    method: str  # "cost_model" (acceptance reported) | "tps_ratio" (measured tokens/s only)
+    n_mtp: int
+    n_plain: int
+    acceptance: float | None  # on verified cycles, where the engine reports it
+    spec_share: float | None  # share of cycles that speculated (1 - gate skips)
+    mtp_tps: float | None
+    plain_tps: float | None
+    speedup: float
+    se: float
+    threshold: float
+    trusted: bool  # enough samples (policy `exploration.min_samples`) on the arms it needs
+    bins: tuple[BinEstimate, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.cls}/{self.lang}"
+
+    def bin_for(self, p_spec: float) -> BinEstimate:
+        index = min(len(self.bins) - 1, max(0, int(p_spec * len(self.bins))))
+        return self.bins[index]
+
+    def threshold_at(self, mtp_queue: int = 0, plain_queue: int = 0) -> float:
+        """The threshold once queueing on each instance is priced in (equal to `threshold`
+        when both are idle)."""
+        if mtp_queue == plain_queue == 0:
+            return self.threshold
+        speedups = [queued_speedup(b.speedup, mtp_queue, plain_queue) for b in self.bins]
+        return best_cut(self.bins, speedups)
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedState:
+    created: str
+    n_observations: int
+    n_skipped: int  # not learnable: sampled or thinking decoding, failures, no timings
+    min_samples: int
+    cost: CostFit | None
+    beliefs: Mapping[str, Belief]  # "class/lang" -> belief
+    version: int = LEARNED_VERSION
+
+    def belief(self, cls: str, lang: str) -> Belief | None:
+        """The trusted belief for the class in this language, else pooled over languages,
+        else whatever untrusted belief there is (for exploration), else None."""
+        exact = self.beliefs.get(f"{cls}/{lang}")
+        pooled = self.beliefs.get(f"{cls}/{ANY_LANG}")
+        for candidate in (exact, pooled):
+            if candidate is not None and candidate.trusted:
+                return candidate
+        return exact or pooled
+
+    def thresholds(self) -> dict[str, float]:
+        """Trusted thresholds by "class/lang", the shape `decide(thresholds=...)` reads."""
+        return {key: b.threshold for key, b in self.beliefs.items() if b.trusted}
+
+
+EMPTY_STATE: Final = LearnedState("", 0, 0, 30, None, {})
+
+
+def predicted_speedup(
+    acceptance: float, spec_share: float, t_plain: float, t_skip: float, t_verify: float
+) -> float:
+    """Speedup of MTP-1 over plain decoding by the cost model of DESIGN.md."""
+    skip = 1.0 - spec_share
+    tokens_per_cycle = skip + spec_share * (1.0 + acceptance)
+    cycle_ms = skip * t_skip + spec_share * t_verify
+    return tokens_per_cycle * t_plain / cycle_ms if cycle_ms > 0 else 0.0
+
+
+def acceptance_for_speedup(
+    speedup: float, spec_share: float, t_plain: float, t_skip: float, t_verify: float
+) -> float:
+    """The acceptance on verified cycles that gives `speedup` (1.0: the break-even)."""
+    skip = 1.0 - spec_share
+    cycle_ms = skip * t_skip + spec_share * t_verify
+    tokens_per_cycle = speedup * cycle_ms / t_plain
+    return (tokens_per_cycle - 1.0) / spec_share if spec_share > 0 else math.inf
+
+
+def queued_speedup(speedup: float, mtp_queue: int, plain_queue: int) -> float:
+    """Speedup once requests ahead are priced in: each instance serves one request at a time,
+    requests ahead are taken to be of this one's size at plain pace on either instance."""
+    mtp_time = max(0, mtp_queue) + (1.0 / speedup if speedup > 0 else math.inf)
+    return (max(0, plain_queue) + 1.0) / mtp_time
+
+
+def best_cut(bins: Sequence[BinEstimate], speedups: Sequence[float]) -> float:
+    """The p_spec threshold that maximises the traffic-weighted gain of the bins routed to
+    mtp (all bins at or above it); NEVER when no cut gains. Ties go to the higher cut."""
+    best, best_gain, gain = NEVER, 0.0, 0.0
+    for b, speedup in zip(reversed(bins), reversed(speedups)):
+        gain += (b.n_mtp + b.n_plain + 1) * (speedup - 1.0)
+        if gain > best_gain + 1e-12:
+            best, best_gain = b.lo, gain
+    return best
+
+
+def normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+
+def to_json(state: LearnedState) -> str:
+    return json.dumps(asdict(state), indent=1, sort_keys=True)
+
+
+class LearnedStateError(ValueError):
+    """A learned-state file that cannot be read (wrong version, missing or bad fields)."""
+
+
+def from_json(text: str) -> LearnedState:
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("the file must hold a JSON object")
+        version = data.get("version")
+        if version != LEARNED_VERSION:
+            raise LearnedStateError(f"version {version!r}, expected {LEARNED_VERSION}")
+        return _state_from(data)
+    except LearnedStateError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise LearnedStateError(f"malformed learned state: {exc!r}") from exc
+
+
+def _state_from(data: Mapping[str, Any]) -> LearnedState:
+    cost = data.get("cost")
+    beliefs = {
+        key: _belief_from(raw) for key, raw in dict(data["beliefs"]).items()
+    }
+    return LearnedState(
+        created=str(data["created"]),
+        n_observations=int(data["n_observations"]),
+        n_skipped=int(data["n_skipped"]),
+        min_samples=int(data["min_samples"]),
+        cost=CostFit(**cost) if cost is not None else None,
+        beliefs=beliefs,
+    )
+
+
+def _belief_from(raw: Mapping[str, Any]) -> Belief:
+    bins = tuple(BinEstimate(**b) for b in raw["bins"])
+    if not bins:
+        raise ValueError("a belief needs at least one bin")
+    belief = Belief(**{**raw, "bins": bins})
+    return replace(belief, threshold=float(belief.threshold))

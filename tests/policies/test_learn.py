@@ -1,0 +1,218 @@
+"""The pure learner on synthetic logs from known machines: does it route each class the way the
+cost model says it should?"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from policies.learn import Observation, fit_costs, learn, observation_from_log
+from policies.learned import NEVER, acceptance_for_speedup, predicted_speedup
+from policies.schema import Assume
+from tests.policies import synthetic
+from tests.policies.synthetic import CPU_PAIR, GB10, Machine
+
+
+def _routes(state_key_p: list[tuple[str, float]], machine: Machine, drafts: bool) -> dict[str, str]:
+    obs = list(synthetic.observations(machine, 2000, seed=1))
+    if not drafts:
+        obs = [synthetic.without_draft_stats(o) for o in obs]
+    state = learn(obs, min_samples=30)
+    routes = {}
+    for key, p_spec in state_key_p:
+        belief = state.beliefs[key]
+        assert belief.trusted
+        routes[key] = "mtp" if p_spec >= belief.threshold else "plain"
+    return routes
+
+
+GB10_EXPECTED = {
+    "agent/en": "mtp",
+    "code/en": "mtp",
+    "technical/en": "mtp",
+    "prose/en": "plain",
+    "chat/zh": "plain",
+}
+
+
+@pytest.mark.parametrize("drafts", [True, False], ids=["cost_model", "tps_ratio"])
+@pytest.mark.parametrize(
+    ("machine", "expected"),
+    [
+        (GB10, GB10_EXPECTED),
+        (CPU_PAIR, {key: "plain" for key in GB10_EXPECTED}),
+    ],
+    ids=["gb10", "cpu_pair"],
+)
+def test_learner_routes_each_class_like_the_machine_says(
+    machine: Machine, expected: dict[str, str], drafts: bool
+) -> None:
+    # every p_spec a request of the class might carry must get the same route
+    for p_spec in (0.05, 0.35, 0.65, 0.95):
+        keys = [(key, p_spec) for key in expected]
+        assert _routes(keys, machine, drafts) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "published"),
+    [(f"{c}/{lang}", s) for (c, lang), s in synthetic.GB10_SPEEDUP.items()],
+)
+def test_predicted_speedup_recovers_the_published_number(key: str, published: float) -> None:
+    state = learn(synthetic.observations(GB10, 3000, seed=2))
+    belief = state.beliefs[key]
+    assert belief.method == "cost_model"
+    assert belief.speedup == pytest.approx(published, abs=0.012)
+    assert 0 < belief.se < 0.01
+
+
+def test_cost_fit_recovers_the_step_costs() -> None:
+    cost = fit_costs(list(synthetic.observations(GB10, 3000, seed=3)))
+    assert cost is not None
+    assert cost.t_plain_ms == pytest.approx(68.0, rel=0.01)
+    assert cost.t_verify_ms == pytest.approx(112.0, rel=0.04)
+    assert cost.t_skip_ms == pytest.approx(72.0, rel=0.06)
+    assert cost.fit_error < 0.03
+
+
+@pytest.mark.parametrize(
+    ("n", "trusted"),
+    [(20, False), (400, True)],
+)
+def test_few_samples_are_not_trusted(n: int, trusted: bool) -> None:
+    state = learn(synthetic.observations(GB10, n, seed=4), min_samples=30)
+    assert state.beliefs["agent/*"].trusted is trusted
+    assert ("agent/en" in state.thresholds()) is trusted
+
+
+def test_threshold_falls_where_speedup_crosses_one_inside_a_class() -> None:
+    # acceptance rises with p_spec; break-even acceptance sits at p_spec ~ 0.5
+    rng = random.Random(5)
+    even = acceptance_for_speedup(1.0, 0.56, 68.0, 72.0, 112.0)
+    obs: list[Observation] = []
+    for i in range(4000):
+        p_spec = (i % 100) / 100 + 0.005
+        machine = Machine(68.0, 72.0, 112.0, 0.56, {("code", "en"): even + (p_spec - 0.5) * 0.5})
+        obs.extend(synthetic.observations(machine, 1, seed=rng.randrange(10**9)))
+        obs[-1] = Observation(**{**_fields(obs[-1]), "p_spec": p_spec})
+    state = learn(obs)
+    assert state.beliefs["code/en"].threshold in (0.4, 0.5)
+    low, high = state.beliefs["code/en"].bin_for(0.15), state.beliefs["code/en"].bin_for(0.85)
+    assert low.speedup < 1 < high.speedup
+
+
+def _fields(o: Observation) -> dict[str, object]:
+    return {name: getattr(o, name) for name in Observation.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("mtp_queue", "plain_queue", "expected"),
+    [(0, 0, 0.0), (1, 0, NEVER), (0, 1, 0.0), (0, 3, 0.0)],
+)
+def test_queueing_moves_the_threshold(mtp_queue: int, plain_queue: int, expected: float) -> None:
+    state = learn(synthetic.observations(GB10, 2000, seed=6))
+    assert state.beliefs["agent/en"].threshold_at(mtp_queue, plain_queue) == expected
+
+
+def test_prose_goes_to_mtp_when_plain_is_busy() -> None:
+    state = learn(synthetic.observations(GB10, 2000, seed=6))
+    assert state.beliefs["prose/en"].threshold == NEVER
+    assert state.beliefs["prose/en"].threshold_at(0, 1) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("a", "share", "expected"),
+    [(0.0, 1.0, 68 / 112), (1.0, 1.0, 2 * 68 / 112), (0.5, 0.0, 68 / 72)],
+)
+def test_speedup_formula(a: float, share: float, expected: float) -> None:
+    assert predicted_speedup(a, share, 68.0, 72.0, 112.0) == pytest.approx(expected)
+
+
+def test_acceptance_for_speedup_inverts_the_formula() -> None:
+    a = acceptance_for_speedup(1.094, 0.56, 68.0, 72.0, 112.0)
+    assert predicted_speedup(a, 0.56, 68.0, 72.0, 112.0) == pytest.approx(1.094)
+
+
+def test_sampled_and_thinking_requests_are_not_learned() -> None:
+    obs = list(synthetic.observations(GB10, 400, seed=7))
+    sampled = [Observation(**{**_fields(o), "greedy": False}) for o in obs]
+    state = learn(obs + sampled)
+    assert state.n_observations == 400
+    assert state.n_skipped == 400
+
+
+def _record(**outcome: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "status": 200,
+        "profile": "mtp",
+        "completion_tokens": 100,
+        "decode_tps": 14.0,
+        "backend_tps": 15.0,
+        "draft_n": 50,
+        "draft_accepted": 45,
+        "prompt_tokens": 300,
+        "cached_tokens": 100,
+        "ttft_ms": 900.0,
+    }
+    base.update(outcome)
+    return {
+        "schema_version": 1,
+        "features": {"temperature": 0.0, "thinking": False, "thinking_unset": True},
+        "classifier": {"class": "code", "lang": "en", "p_spec": 0.8},
+        "decision": {"profile": "mtp"},
+        "outcome": base,
+    }
+
+
+def test_observation_from_log_reads_a_record() -> None:
+    obs = observation_from_log(_record())
+    assert obs == Observation(
+        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, greedy=True
+    )
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        {"status": 502},
+        {"completion_tokens": 0},
+        {"backend_tps": None, "decode_tps": None},
+        {"profile": "", "draft_n": None},
+        {"decode_tps": "fast", "backend_tps": None},
+    ],
+)
+def test_observation_from_log_skips_what_teaches_nothing(outcome: dict[str, object]) -> None:
+    record = _record(**outcome)
+    if outcome.get("profile") == "":
+        record["decision"] = {}
+    assert observation_from_log(record) is None
+
+
+@pytest.mark.parametrize(
+    ("features", "assume", "greedy"),
+    [
+        ({"temperature": 0.0}, Assume(), True),
+        ({"temperature": 0.7}, Assume(), False),
+        ({"temperature": -1}, Assume(temperature=1.0), False),
+        ({"temperature": -1}, Assume(temperature=0.0), True),
+        ({"temperature": 0.0, "thinking": True}, Assume(), False),
+        ({"temperature": 0.0, "thinking_unset": True}, Assume(thinking=True), False),
+    ],
+)
+def test_greedy_follows_the_policy_assumptions(
+    features: dict[str, object], assume: Assume, greedy: bool
+) -> None:
+    record = _record()
+    record["features"] = features
+    obs = observation_from_log(record, assume)
+    assert obs is not None and obs.greedy is greedy
+
+
+def test_prefill_rate_is_measured_per_uncached_token() -> None:
+    rows = [_record(), _record(profile="plain", draft_n=None, draft_accepted=None)]
+    obs = [o for o in map(observation_from_log, rows) if o is not None]
+    cost = fit_costs(obs)
+    assert cost is not None
+    assert cost.prefill_ms_per_token == {"mtp": 4.5, "plain": 4.5}
+    assert math.isfinite(cost.t_verify_ms)
