@@ -25,10 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-WORDS = (
-    "the of and to in is for that on with as by this are be from at it an or which can "
-    "model token decode draft verify cycle cache speculative request route backend plain"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "for", "that", "on", "with", "as", "by", "this", "are", "be", "from", "at", "it", "an", "or", "which", "can", "model", "token", "decode", "draft", "verify", "cycle", "cache", "speculative", "request", "route", "backend", "plain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +93,7 @@ async def _models(request: web.Request) -> web.Response:
 
 async def _embeddings(request: web.Request) -> web.StreamResponse:
     body = await request.json()
+    request.app[SIM_STATE].received.append({"path": request.path, "body": body, "headers": dict(request.headers)})
     text = json.dumps(body.get("input"))
     digest = hashlib.sha256(text.encode()).digest()
     vector = [round(b / 255, 4) for b in digest[:8]]
@@ -148,7 +146,9 @@ class _Plan:
 
 def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
     """The reply and its pacing under the cost model, deterministic in the request."""
-    seed = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).digest()
+    # The reply depends on what was asked, not on how it is delivered (like a real engine).
+    asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    seed = hashlib.sha256(json.dumps(asked, sort_keys=True, default=str).encode()).digest()
     rng = random.Random(seed)
     limit = body.get("max_tokens") or body.get("max_completion_tokens") or state.reply_tokens
     n = max(1, min(int(limit), state.reply_tokens))

@@ -1,0 +1,83 @@
+"""Measuring a response as it passes: TTFT, decode tokens/s, and what the backend reported.
+
+Pure: the caller passes every timestamp (`now`), so the arithmetic is testable without a clock.
+Decode tokens/s is measured from the first content-bearing event to the last, over the tokens
+generated after the first: `(tokens - 1) / (t_last - t_first)`. Token count is the backend's
+`completion_tokens` when reported, else the number of content events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.stats import EMPTY, UpstreamReport, merge, read_report
+
+
+@dataclass(slots=True)
+class StreamMeter:
+    started_at: float
+    first_content_at: float | None = None
+    last_content_at: float | None = None
+    content_events: int = 0
+    report: UpstreamReport = field(default=EMPTY)
+
+    def observe(self, payload: Any, now: float) -> None:
+        """Fold one parsed event (or a whole non-stream response) into the measurement."""
+        if not isinstance(payload, Mapping):
+            return
+        if carries_content(payload):
+            if self.first_content_at is None:
+                self.first_content_at = now
+            self.last_content_at = now
+            self.content_events += 1
+        self.report = merge(self.report, read_report(payload))
+
+    def ttft_ms(self) -> float | None:
+        if self.first_content_at is None:
+            return None
+        return round((self.first_content_at - self.started_at) * 1000, 3)
+
+    def decode_tps(self) -> float | None:
+        first, last = self.first_content_at, self.last_content_at
+        tokens = self.report.completion_tokens or self.content_events
+        if first is None or last is None or last <= first or tokens < 2:
+            return None
+        return round((tokens - 1) / (last - first), 3)
+
+
+def carries_content(payload: Mapping[str, Any]) -> bool:
+    """Whether a chunk/event carries generated output (text, reasoning or a tool call)."""
+    choices = payload.get("choices")
+    if isinstance(choices, Sequence) and not isinstance(choices, (str, bytes)):
+        return any(_choice_has_content(c) for c in choices)
+    kind = payload.get("type")
+    if kind == "content_block_delta":  # Anthropic messages
+        delta = payload.get("delta")
+        return isinstance(delta, Mapping) and any(
+            delta.get(k) for k in ("text", "thinking", "partial_json")
+        )
+    if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
+        return bool(payload.get("delta"))  # OpenAI responses
+    return False
+
+
+def is_usage_only(payload: Any) -> bool:
+    """The trailing usage chunk of `stream_options.include_usage`: no choices, a usage block."""
+    return (
+        isinstance(payload, Mapping)
+        and payload.get("choices") == []
+        and isinstance(payload.get("usage"), Mapping)
+    )
+
+
+def _choice_has_content(choice: object) -> bool:
+    if not isinstance(choice, Mapping):
+        return False
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, Mapping):
+        return any(delta.get(k) for k in ("content", "reasoning_content", "tool_calls", "reasoning"))
+    return False

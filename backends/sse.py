@@ -1,0 +1,61 @@
+"""Server-sent events, split without re-encoding.
+
+Pure. `SSESplitter.feed(chunk)` returns the complete events seen so far as the exact bytes the
+backend sent (terminator included), so that a relay can forward them unchanged, drop one, or
+look inside one. `event_data(raw)` reads the `data:` payload of one event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+_BOUNDARY: Final = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+MAX_EVENT_BYTES: Final = 16 * 2**20  # beyond this, flush what we have rather than grow forever
+
+
+class SSESplitter:
+    """Accumulates bytes and yields whole events."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self._buffer + chunk
+        events: list[bytes] = []
+        start = 0
+        for match in _BOUNDARY.finditer(data):
+            events.append(data[start : match.end()])
+            start = match.end()
+        self._buffer = data[start:]
+        if len(self._buffer) > MAX_EVENT_BYTES:
+            events.append(self._buffer)
+            self._buffer = b""
+        return events
+
+    def flush(self) -> bytes:
+        """Whatever is left when the stream ends (an unterminated last event)."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def event_data(raw: bytes) -> bytes | None:
+    """The joined `data:` lines of one event, or None for comments and data-less events."""
+    lines = [line for line in raw.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
+
+
+def event_json(raw: bytes) -> Any:
+    """The event's data as JSON, or None (comments, `[DONE]`, non-JSON data)."""
+    data = event_data(raw)
+    if data is None or data.startswith(b"[DONE]"):
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

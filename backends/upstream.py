@@ -1,0 +1,267 @@
+"""The upstream client: forward one request, fail over before the first byte, relay as it comes.
+
+Edge code (aiohttp client and server). The rules:
+- Targets are tried in order. A refused connection, a 5xx status, or a body that breaks before
+  its first byte moves on to the next target: nothing has reached the client yet, so nothing is
+  lost. A 4xx is the client's own error and is relayed as it is.
+- Once bytes have reached the client there is no retry: an upstream failure ends the stream with
+  an OpenAI-style error event.
+- Bytes are relayed unchanged and as they arrive (SSE event by event, so that the usage chunk
+  the proxy itself asked for can be dropped), comment lines such as `: prefill` included, with
+  no read timeout while the backend is still sending. A client that goes away closes the
+  upstream connection, which cancels the request on the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from backends.measure import StreamMeter, is_usage_only
+from backends.sse import SSESplitter, event_json
+
+Clock = Callable[[], float]
+
+# Headers that describe one hop, not the message (RFC 9110 7.6.1), plus those we recompute.
+_HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+        "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
+    )
+)
+_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    profile: str
+    base_url: str
+    api_key: str = ""
+
+
+@dataclass(slots=True)
+class ForwardResult:
+    """What happened, for the decision log."""
+
+    meter: StreamMeter
+    backend: str = ""
+    profile: str = ""
+    status: int = 0
+    error: str = ""
+    failover_from: list[str] = field(default_factory=list)
+    client_disconnected: bool = False
+    sent_at: float | None = None  # when the first attempt left the proxy
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardOptions:
+    connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
+    strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
+
+
+HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
+
+
+async def forward(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    targets: Sequence[Target],
+    path: str,
+    body: bytes | None,
+    *,
+    clock: Clock,
+    started_at: float,
+    options: ForwardOptions = ForwardOptions(),
+    response_headers: HeaderHook | None = None,
+) -> tuple[web.StreamResponse, ForwardResult]:
+    """Send `body` to the first target that takes it; relay its answer to `request`'s client.
+
+    `response_headers(result)` adds headers to the client's response once the backend is known.
+    """
+    result = ForwardResult(meter=StreamMeter(started_at=started_at))
+    for index, target in enumerate(targets):
+        last = index == len(targets) - 1
+        if result.sent_at is None:
+            result.sent_at = clock()
+        upstream, first, error = await _open(request, session, target, path, body, options, last)
+        if upstream is None:
+            result.failover_from.append(target.name)
+            result.error = f"{target.name}: {error}"
+            continue
+        result.backend, result.profile, result.status = target.name, target.profile, upstream.status
+        result.error = ""
+        try:
+            extra = response_headers(result) if response_headers is not None else {}
+            response = await _relay(request, upstream, first, result, clock, options, extra)
+        finally:
+            upstream.close()
+        return response, result
+    result.status = 502
+    response = _all_failed(result)
+    if response_headers is not None:
+        response.headers.update(response_headers(result))
+    return response, result
+
+
+async def _open(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    target: Target,
+    path: str,
+    body: bytes | None,
+    options: ForwardOptions,
+    last: bool,
+) -> tuple[aiohttp.ClientResponse | None, bytes, str]:
+    """Connect and read the first bytes; (None, b"", why) when the target should be skipped."""
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=options.connect_timeout_s, sock_connect=options.connect_timeout_s
+    )
+    url = target.base_url.rstrip("/") + path
+    try:
+        upstream = await session.request(
+            request.method,
+            url,
+            params=request.query,
+            data=body,
+            headers=_upstream_headers(request.headers, target),
+            timeout=timeout,
+            allow_redirects=False,
+        )
+    except _UPSTREAM_ERRORS as exc:
+        return None, b"", _describe(exc)
+    if upstream.status >= 500 and not last:
+        upstream.close()
+        return None, b"", f"status {upstream.status}"
+    try:
+        first = await _first_bytes(upstream, options.first_byte_timeout_s)
+    except _UPSTREAM_ERRORS as exc:
+        upstream.close()
+        return None, b"", f"failed before the first byte: {_describe(exc)}"
+    return upstream, first, ""
+
+
+async def _first_bytes(upstream: aiohttp.ClientResponse, timeout_s: float) -> bytes:
+    if _is_sse(upstream):
+        read = upstream.content.readany()
+    else:
+        read = upstream.read()  # whole body: a non-stream response is relayed in one piece
+    return await (asyncio.wait_for(read, timeout_s) if timeout_s > 0 else read)
+
+
+async def _relay(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    first: bytes,
+    result: ForwardResult,
+    clock: Clock,
+    options: ForwardOptions,
+    extra: Mapping[str, str],
+) -> web.StreamResponse:
+    headers = _downstream_headers(upstream.headers, extra)
+    if not _is_sse(upstream):
+        result.meter.observe(_json_or_none(first, upstream), clock())
+        return web.Response(body=first, status=upstream.status, headers=headers)
+    response = web.StreamResponse(status=upstream.status, headers=headers)
+    try:
+        await response.prepare(request)
+        await _relay_events(response, upstream, first, result, clock, options.strip_usage)
+    except _CLIENT_GONE:
+        result.client_disconnected = True
+    return response
+
+
+async def _relay_events(
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    first: bytes,
+    result: ForwardResult,
+    clock: Clock,
+    strip_usage: bool,
+) -> None:
+    splitter = SSESplitter()
+    chunk = first
+    while chunk:
+        for raw in splitter.feed(chunk):
+            payload = event_json(raw)
+            result.meter.observe(payload, clock())
+            if strip_usage and is_usage_only(payload):
+                continue
+            await response.write(raw)
+        try:
+            chunk = await upstream.content.readany()
+        except _UPSTREAM_ERRORS as exc:
+            result.error = f"{result.backend}: stream broke: {_describe(exc)}"
+            await response.write(_error_event(result.error))
+            return
+    rest = splitter.flush()
+    if rest:
+        await response.write(rest)
+    await response.write_eof()
+
+
+def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for key, value in incoming.items():
+        lower = key.lower()
+        if lower in _HOP_BY_HOP or lower.startswith("x-specroute-") or lower == "accept-encoding":
+            continue
+        headers.add(key, value)
+    headers["Accept-Encoding"] = "identity"  # relay the backend's bytes as they are
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key}"
+    return headers
+
+
+def _downstream_headers(upstream: Mapping[str, str], extra: Mapping[str, str]) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for key, value in upstream.items():
+        if key.lower() not in _HOP_BY_HOP:
+            headers.add(key, value)
+    headers.update(extra)
+    return headers
+
+
+def _is_sse(upstream: aiohttp.ClientResponse) -> bool:
+    return upstream.content_type == "text/event-stream"
+
+
+def _json_or_none(body: bytes, upstream: aiohttp.ClientResponse) -> object:
+    if "json" not in upstream.content_type:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _error_event(message: str) -> bytes:
+    payload = {"error": {"message": message, "type": "upstream_error", "code": "backend_failed"}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _all_failed(result: ForwardResult) -> web.Response:
+    tried = ", ".join(result.failover_from) or "none"
+    body = {
+        "error": {
+            "message": f"No backend could serve the request (tried: {tried}). Last error: {result.error}",
+            "type": "upstream_error",
+            "param": None,
+            "code": "all_backends_failed",
+        }
+    }
+    return web.json_response(body, status=502)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text

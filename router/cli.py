@@ -1,0 +1,92 @@
+"""`specroute`: one CLI, noun groups and verb commands (`python -m router` works too).
+
+Every option has help and shows its default. Commands from the other packages register
+themselves through `register(subparsers, ...)` functions; readers that need the decision-log
+schema (which lives here, in `router`) are injected into them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from router.config import Config, ConfigError, load_config
+
+Formatter = argparse.ArgumentDefaultsHelpFormatter
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specroute",
+        description="Route each OpenAI-compatible request to the speculative (MTP-1) or the plain "
+        "backend, whichever decodes it faster.",
+        formatter_class=Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_serve(sub)
+    _add_demo(sub)
+    for register in _registrars():
+        register(sub)
+    return parser
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve", help="run the routing proxy", formatter_class=Formatter,
+        description="Run the proxy: a drop-in OpenAI base_url (http://HOST:PORT/v1).",
+    )
+    serve.add_argument("--config", default="config.yaml", help="config file")
+    serve.add_argument("--host", default=None, help="listen address (overrides config listen.host)")
+    serve.add_argument("--port", type=int, default=None, help="port (overrides config listen.port)")
+    serve.add_argument("--log-format", choices=("console", "json"), default="console",
+                       help="format of the operator log on stderr")
+    serve.set_defaults(func=_serve)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser(
+        "demo", help="replay a mixed workload through the router and print a table per class",
+        formatter_class=Formatter,
+    )
+    demo.add_argument("--backends", choices=("fake", "local"), default="fake",
+                      help="fake: built-in simulated engines; local: the real llama.cpp pair")
+    demo.add_argument("--requests", type=int, default=40, help="requests to replay")
+    demo.add_argument("--log", default="logs/demo-decisions.jsonl", help="decision log to write")
+    demo.set_defaults(func=_demo)
+
+
+def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
+    """The `register` functions of the other packages' command modules."""
+    return []
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from router.serve import run
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"specroute: invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    return run(_with_listen(config, args.host, args.port), log_format=args.log_format)
+
+
+def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
+    listen = config.listen.model_copy(
+        update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    )
+    return config.model_copy(update={"listen": listen})
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from router.demo import run_demo
+
+    return run_demo(backends=args.backends, requests=args.requests, log_path=args.log)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result

@@ -1,0 +1,88 @@
+"""config.yaml: typed, frozen, validated once at the boundary (unknown keys are errors).
+
+Relative paths in the file are resolved against the file's directory, so that
+`specroute serve --config /etc/specroute/config.yaml` works from anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from backends.spec import BackendSpec
+from policies.yamlfile import ConfigError, load_model
+
+DEFAULT_POLICY = str(Path(__file__).resolve().parent.parent / "policies" / "default.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Strict):
+    host: str = Field("127.0.0.1", description="address to listen on (loopback by default)")
+    port: int = Field(8700, ge=0, le=65535, description="port; 0 picks a free one")
+
+
+class LogConfig(_Strict):
+    path: str = Field("logs/decisions.jsonl", description="the decision log (JSON Lines)")
+    content: bool = Field(False, description="log prompt and completion text (off by default)")
+    rotate_mb: float = Field(100.0, gt=0, description="rotate the log at this size")
+    keep: int = Field(5, ge=1, description="rotated files to keep")
+
+
+class Limits(_Strict):
+    max_body_mb: float = Field(32.0, gt=0, description="largest request body accepted")
+    connect_timeout_s: float = Field(10.0, gt=0, description="connecting to a backend")
+    first_byte_timeout_s: float = Field(
+        0.0, ge=0, description="wait for a backend's first byte (0: forever; prefills are long)"
+    )
+
+
+class Config(_Strict):
+    listen: Listen = Field(default_factory=Listen)
+    backends: list[BackendSpec] = Field(..., min_length=1)
+    default_backend: str = Field("", description="backend for other /v1/* paths (default: first)")
+    policy: str = Field(DEFAULT_POLICY, description="routing policy YAML (hot-reloaded)")
+    classifier: str = Field("", description="model artifact; empty: the rule-based scorer")
+    tokenizer: bool = Field(True, description="count prompt tokens with the DeepSeek tokenizer")
+    log: LogConfig = Field(default_factory=LogConfig)
+    limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _names(self) -> Config:
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"backend names must be unique; repeated: {duplicates}")
+        if self.default_backend and self.default_backend not in names:
+            raise ValueError(f"default_backend {self.default_backend!r} is not a backend name")
+        return self
+
+    @property
+    def default_backend_name(self) -> str:
+        return self.default_backend or self.backends[0].name
+
+    def resolved(self, base: Path) -> Config:
+        """This config with relative file paths made absolute against `base`."""
+
+        def absolute(value: str) -> str:
+            return str(value if not value or Path(value).is_absolute() else (base / value).resolve())
+
+        return self.model_copy(
+            update={
+                "policy": absolute(self.policy),
+                "classifier": absolute(self.classifier),
+                "log": self.log.model_copy(update={"path": absolute(self.log.path)}),
+            }
+        )
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, validate and resolve a config file; raises `ConfigError` with file:line: field."""
+    config = load_model(path, Config)
+    return config.resolved(Path(path).resolve().parent)
+
+
+__all__ = ["Config", "ConfigError", "Limits", "Listen", "LogConfig", "load_config"]

@@ -1,0 +1,70 @@
+"""OpenAI-style errors at the edge: every failure the client sees is `{"error": {...}}` JSON.
+
+The middleware maps aiohttp's own HTTP exceptions (404, 405, 413 ...) and anything unexpected
+to that shape, so that a client never receives an HTML page or a stack trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+}
+
+
+class RequestError(Exception):
+    """A bad request, with its HTTP status and the offending parameter."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+def error_response(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> web.Response:
+    body = {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
+            "param": param,
+            "code": code or None,
+        }
+    }
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(413, f"Request body too large: {exc.text}", code="body_too_large")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.reason if exc.status != 404 else f"Unknown path {request.path}"
+        return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+    except (ConnectionResetError, web.HTTPClientError):
+        raise
+    except Exception:  # the client gets a clean 500; the trace goes to the operator's log
+        structlog.get_logger("specroute").exception("unhandled_error", path=request.path)
+        return error_response(500, "Internal error in specroute; see its log.", code="internal")

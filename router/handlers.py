@@ -1,0 +1,187 @@
+"""HTTP handlers: read the request, call the pure core, forward, log. Kept short on purpose.
+
+Routed endpoints (`/v1/chat/completions`, `/v1/completions`, `/v1/messages`, `/v1/responses`)
+are classified and sent to the chosen profile; `/v1/models` merges the backends' lists; every
+other `/v1/*` path goes unchanged to the default backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from backends.upstream import ForwardOptions, ForwardResult, forward
+from router import state
+from router.errors import RequestError, error_response
+from router.routing import RoutedRequest, plan_request, record_for, upstream_body
+
+ROUTED = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/messages": "messages",
+    "/v1/responses": "responses",
+}
+MODELS_TIMEOUT_S = 10.0
+
+
+def add_routes(app: web.Application) -> None:
+    for path, endpoint in ROUTED.items():
+        app.router.add_post(path, _routed_handler(endpoint))
+    app.router.add_get("/v1/models", models)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+def _routed_handler(endpoint: str) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await routed(request, endpoint)
+
+    return handler
+
+
+async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
+    app = request.app
+    deps, pool = app[state.DEPS], app[state.POOL]
+    started = deps.clock()
+    raw = await request.read()
+    plan = plan_request(
+        endpoint,
+        raw,
+        request_id=deps.new_request_id(),
+        header_route=request.headers.get("x-specroute-route"),
+        conversation_hint=request.headers.get("x-specroute-conversation"),
+        policy=app[state.POLICY],
+        scorer=app[state.SCORER].current,
+        count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
+        backends=pool.states(started),
+    )
+    body, strip_usage = upstream_body(plan, raw)
+    config = app[state.CONFIG]
+    options = ForwardOptions(
+        connect_timeout_s=config.limits.connect_timeout_s,
+        first_byte_timeout_s=config.limits.first_byte_timeout_s,
+        strip_usage=strip_usage,
+    )
+    result: ForwardResult | None = None
+    pool.begin(plan.decision.backend)
+    try:
+        response, result = await forward(
+            request, app[state.SESSION], pool.targets(plan.order), request.path, body,
+            clock=deps.clock, started_at=started, options=options,
+            response_headers=lambda r: _route_headers(plan, r, started),
+        )
+        return response
+    except asyncio.CancelledError:  # the client went away; the upstream call is closed
+        if result is None:
+            result = ForwardResult(meter=_empty_meter(started), client_disconnected=True)
+        result.client_disconnected = True
+        raise
+    finally:
+        pool.end(plan.decision.backend)
+        if result is not None:
+            _account(request.app, plan, result, started)
+
+
+def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:
+    overhead = ((result.sent_at or started) - started) * 1000
+    return {
+        "x-specroute-backend": result.backend or "none",
+        "x-specroute-profile": result.profile or plan.decision.profile,
+        "x-specroute-class": plan.scores.top_class if plan.scores else "unknown",
+        "x-specroute-reason": plan.decision.reason,
+        "x-specroute-overhead-ms": f"{overhead:.3f}",
+        "x-specroute-request-id": plan.request_id,
+    }
+
+
+def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, started: float) -> None:
+    deps, pool = app[state.DEPS], app[state.POOL]
+    now = deps.clock()
+    for name in result.failover_from:
+        pool.mark_failed(name, now, result.error or "failed")
+    if result.backend and not result.error:
+        pool.mark_served(result.backend)
+    record = record_for(
+        plan, result, started=started, ended=now, ts=deps.wall_clock(),
+        log_content=app[state.CONFIG].log.content,
+    )
+    for sink in app[state.SINKS]:
+        sink.write_record(record)
+
+
+def _empty_meter(started: float) -> Any:
+    from backends.measure import StreamMeter
+
+    return StreamMeter(started_at=started)
+
+
+async def models(request: web.Request) -> web.Response:
+    """The union of the healthy backends' models, first seen wins, no duplicates."""
+    app = request.app
+    pool, session = app[state.POOL], app[state.SESSION]
+    now = app[state.DEPS].clock()
+    targets = pool.targets([s.name for s in pool.states(now) if s.healthy])
+    listings = await asyncio.gather(*(_list_models(session, t.base_url, t.api_key) for t in targets))
+    merged: dict[str, dict[str, Any]] = {}
+    for listing in listings:
+        for model in listing:
+            merged.setdefault(str(model.get("id")), model)
+    if not merged and not any(listings):
+        return error_response(502, "No backend answered GET /v1/models.", code="all_backends_failed")
+    return web.json_response({"object": "list", "data": list(merged.values())})
+
+
+async def _list_models(session: aiohttp.ClientSession, base_url: str, api_key: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with session.get(
+            base_url.rstrip("/") + "/v1/models", headers=headers,
+            timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S),
+        ) as response:
+            if response.status != 200:
+                return []
+            data = json.loads(await response.read()).get("data")
+    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
+        return []
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other /v1/* path: unchanged to the default backend (the others if it is down)."""
+    app = request.app
+    deps, pool, config = app[state.DEPS], app[state.POOL], app[state.CONFIG]
+    started = deps.clock()
+    default = config.default_backend_name
+    healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
+    body = await request.read() if request.can_read_body else None
+    response, result = await forward(
+        request, app[state.SESSION], pool.targets([default, *healthy]), request.path_qs.split("?")[0],
+        body, clock=deps.clock, started_at=started,
+        options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
+        response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
+    )
+    for name in result.failover_from:
+        pool.mark_failed(name, deps.clock(), result.error)
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    app = request.app
+    now = app[state.DEPS].clock()
+    pool = app[state.POOL]
+    ready = pool.any_healthy(now)
+    return web.json_response(
+        {"ready": ready, "backends": pool.describe(now)}, status=200 if ready else 503
+    )
+
+
+__all__ = ["RequestError", "add_routes"]

@@ -1,0 +1,103 @@
+"""The backends as the router sees them at run time: health, load, and where to send bytes.
+
+Health comes from two places: the supervisor's probes (`set_health`) and what requests observe
+(`mark_failed` after a refused connection or a 5xx). A backend marked failed by a request is
+skipped for `retry_after_s`, then tried again, so that a dead instance costs one failed connect
+per interval rather than one per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from backends.spec import BackendSpec
+from backends.upstream import Target
+from policies.decide import BackendState
+
+
+@dataclass(slots=True)
+class BackendRuntime:
+    spec: BackendSpec
+    probe_healthy: bool = True
+    failed_until: float = 0.0
+    inflight: int = 0
+    last_error: str = ""
+    served: int = 0
+    failures: int = 0
+
+    def healthy(self, now: float) -> bool:
+        return self.probe_healthy and now >= self.failed_until
+
+
+class BackendPool:
+    def __init__(self, specs: Iterable[BackendSpec], *, retry_after_s: float = 5.0) -> None:
+        self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
+        self._retry_after_s = retry_after_s
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._backends)
+
+    def runtime(self, name: str) -> BackendRuntime:
+        return self._backends[name]
+
+    def states(self, now: float) -> list[BackendState]:
+        return [
+            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight)
+            for b in self._backends.values()
+        ]
+
+    def any_healthy(self, now: float) -> bool:
+        return any(b.healthy(now) for b in self._backends.values())
+
+    def targets(self, names: Sequence[str]) -> list[Target]:
+        return [self._target(self._backends[n].spec) for n in names if n in self._backends]
+
+    def set_health(self, name: str, healthy: bool, error: str = "") -> None:
+        backend = self._backends[name]
+        backend.probe_healthy = healthy
+        if healthy:
+            backend.failed_until = 0.0
+        backend.last_error = error or backend.last_error
+
+    def mark_failed(self, name: str, now: float, error: str) -> None:
+        backend = self._backends.get(name)
+        if backend is not None:
+            backend.failed_until = now + self._retry_after_s
+            backend.last_error = error
+            backend.failures += 1
+
+    def mark_served(self, name: str) -> None:
+        backend = self._backends.get(name)
+        if backend is not None:
+            backend.served += 1
+            backend.failed_until = 0.0
+
+    def begin(self, name: str) -> None:
+        if name in self._backends:
+            self._backends[name].inflight += 1
+
+    def end(self, name: str) -> None:
+        if name in self._backends:
+            self._backends[name].inflight -= 1
+
+    def describe(self, now: float) -> list[dict[str, object]]:
+        return [
+            {
+                "name": b.spec.name,
+                "profile": b.spec.profile,
+                "engine": b.spec.engine,
+                "url": b.spec.base_url,
+                "healthy": b.healthy(now),
+                "inflight": b.inflight,
+                "served": b.served,
+                "failures": b.failures,
+                "last_error": b.last_error,
+            }
+            for b in self._backends.values()
+        ]
+
+    @staticmethod
+    def _target(spec: BackendSpec) -> Target:
+        return Target(spec.name, spec.profile, spec.base_url, spec.api_key)

@@ -1,0 +1,168 @@
+"""From request bytes to a routing plan, and from a plan and its outcome to a log record.
+
+No I/O and no clock: times and the scorer come in as arguments. The handler calls
+`plan_request` before forwarding and `record_for` after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from backends.upstream import ForwardResult
+from classifiers.features import Features, TokenCounter, extract
+from classifiers.request_view import InvalidRequest, RequestView, view_request
+from classifiers.scores import Scores
+from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
+from router.errors import RequestError
+from router.records import Outcome, RouteRecord
+from router.scoring import Scorer, score_safely
+from router.state import PolicyHolder
+
+HEADER_ROUTES: Final = ("mtp", "plain", "auto")
+CONTENT_CAP: Final = 4_000  # characters of prompt text kept when content logging is on
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedRequest:
+    request_id: str
+    endpoint: str
+    body: dict[str, Any]
+    view: RequestView
+    features: Features
+    scores: Scores | None
+    scorer_name: str
+    scorer_error: str
+    decision: Decision
+    order: tuple[str, ...]  # backends to try, in order
+    conversation: str
+
+
+def plan_request(
+    endpoint: str,
+    raw: bytes,
+    *,
+    request_id: str,
+    header_route: str | None,
+    conversation_hint: str | None,
+    policy: PolicyHolder,
+    scorer: Scorer,
+    count_tokens: TokenCounter | None,
+    backends: list[BackendState],
+) -> RoutedRequest:
+    """Parse, classify and decide; raises `RequestError` (4xx) on bad input."""
+    body = _parse_json(raw)
+    try:
+        view = view_request(endpoint, body)
+    except InvalidRequest as exc:
+        raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
+    route = (header_route or "").strip().lower()
+    if route and route not in HEADER_ROUTES:
+        raise RequestError(
+            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header_route!r}",
+            param="x-specroute-route", code="invalid_route_header",
+        )
+    features = extract(view, count_tokens)
+    scored = score_safely(scorer, view, features)
+    context = RequestContext(header_route=route or None, model=view.model)
+    decision = decide(policy.policy, features, scored.scores, backends, context, policy.thresholds)
+    return RoutedRequest(
+        request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
+        scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
+        decision=decision, order=tuple(failover_order(decision, backends)),
+        conversation=conversation_key(view, conversation_hint),
+    )
+
+
+def upstream_body(plan: RoutedRequest, raw: bytes) -> tuple[bytes, bool]:
+    """The bytes to send upstream, and whether to strip a usage chunk the client did not ask for.
+
+    Streaming chat/completions requests ask for `stream_options.include_usage` so that token
+    counts reach the log; the client never sees the extra chunk. Otherwise the body is sent
+    exactly as received.
+    """
+    body = plan.body
+    if not (body.get("stream") is True and plan.endpoint in ("chat", "completions")):
+        return raw, False
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return raw, False
+    if options is not None and not isinstance(options, dict):
+        return raw, False
+    tweaked = dict(body, stream_options={**(options or {}), "include_usage": True})
+    return json.dumps(tweaked, ensure_ascii=False).encode(), True
+
+
+def conversation_key(view: RequestView, hint: str | None) -> str:
+    """A stable key for a conversation: the header, the `user` field, or its opening turns."""
+    source = hint or (f"user:{view.user}" if view.user else f"{view.system_text}\x00{view.first_user_text}")
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def record_for(
+    plan: RoutedRequest,
+    result: ForwardResult,
+    *,
+    started: float,
+    ended: float,
+    ts: datetime,
+    log_content: bool,
+) -> RouteRecord:
+    meter, report = result.meter, result.meter.report
+    classifier: dict[str, Any] = (
+        plan.scores.as_dict() if plan.scores else {"class": None, "lang": None, "artifact": plan.scorer_name}
+    )
+    if plan.scorer_error:
+        classifier["error"] = plan.scorer_error
+    outcome = Outcome(
+        status=result.status,
+        error=result.error,
+        backend=result.backend,
+        profile=result.profile,
+        ttft_ms=meter.ttft_ms(),
+        total_ms=round((ended - started) * 1000, 3),
+        prompt_tokens=report.prompt_tokens,
+        cached_tokens=report.cached_tokens,
+        completion_tokens=report.completion_tokens,
+        decode_tps=meter.decode_tps(),
+        backend_tps=report.backend_tps,
+        draft_n=report.draft_n,
+        draft_accepted=report.draft_accepted,
+        spec_source=report.spec_source,
+        failover_from=tuple(result.failover_from),
+        client_disconnected=result.client_disconnected,
+    )
+    overhead = ((result.sent_at or ended) - started) * 1000
+    content = {"last_user": plan.view.last_user_text[:CONTENT_CAP]} if log_content else None
+    return RouteRecord(
+        ts=ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        request_id=plan.request_id,
+        endpoint=plan.endpoint,
+        model=plan.view.model,
+        stream=plan.view.stream,
+        conversation=plan.conversation,
+        features=plan.features.as_dict(),
+        classifier=classifier,
+        decision=plan.decision.as_dict(),
+        outcome=outcome,
+        overhead_ms=round(overhead, 3),
+        content=content,
+    )
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise RequestError(400, "The request body is empty; expected a JSON object.", code="empty_body")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        raise RequestError(
+            400, f"The request body must be a JSON object, not {type(body).__name__}.",
+            code="invalid_body",
+        )
+    return body

@@ -1,0 +1,67 @@
+"""Running the proxy: logging set-up, the event loop (uvloop when available), the server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from router.app import Deps, create_app
+from router.config import Config
+
+
+def configure_logging(log_format: str = "console") -> None:
+    """Operator log on stderr (events, never prompt text); decisions go to the decision log."""
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+
+def run(config: Config, *, log_format: str = "console", deps: Deps | None = None) -> int:
+    configure_logging(log_format)
+    _install_uvloop()
+    app = create_app(config, deps=deps)
+    host, port = config.listen.host, config.listen.port
+    print(f"specroute listening on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+    # handler_cancellation: a client that disconnects cancels its handler, which closes the
+    # upstream request and so cancels the generation on the backend.
+    web.run_app(
+        app, host=host, port=port, handler_cancellation=True, access_log=None, print=None
+    )
+    return 0
+
+
+async def start_site(
+    app: web.Application, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, int, Callable[[], Awaitable[None]]]:
+    """Start `app` on an event loop that is already running; returns (runner, port, stop)."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, int(bound), runner.cleanup
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -1,0 +1,88 @@
+"""A real stack on loopback: two simulated engines (mtp and plain) and the proxy in front."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from backends.simulator import SimState, create_sim_app
+from backends.spec import BackendSpec
+from router.app import Deps, create_app
+from router.config import Config, Limits, LogConfig
+from router.records import RouteRecord
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.records: list[RouteRecord] = []
+
+    def write_record(self, record: RouteRecord) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class Stack:
+    proxy: TestServer
+    mtp: SimState
+    plain: SimState
+    sink: ListSink
+    config: Config
+    mtp_server: TestServer
+    plain_server: TestServer
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.port}/v1"
+
+    def client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key="sk-test", max_retries=0, **kwargs)
+
+    @property
+    def last(self) -> RouteRecord:
+        assert self.sink.records, "no record was logged"
+        return self.sink.records[-1]
+
+
+async def start_stack(
+    aiohttp_server: ServerFactory,
+    tmp_path: Path,
+    *,
+    max_body_mb: float = 32.0,
+    policy: str | None = None,
+    mtp: SimState | None = None,
+    plain: SimState | None = None,
+) -> Stack:
+    mtp = mtp or SimState(profile="mtp", acceptance={"technical": 0.8})
+    plain = plain or SimState(profile="plain")
+    mtp_server = await aiohttp_server(create_sim_app(mtp))
+    plain_server = await aiohttp_server(create_sim_app(plain))
+    specs = [
+        BackendSpec(name="mtp-0", engine="llamacpp", profile="mtp", url=f"http://127.0.0.1:{mtp_server.port}"),
+        BackendSpec(name="plain-0", engine="llamacpp", profile="plain", url=f"http://127.0.0.1:{plain_server.port}/v1"),
+    ]
+    extra: dict[str, Any] = {"policy": policy} if policy else {}
+    config = Config(
+        backends=specs,
+        default_backend="plain-0",
+        tokenizer=False,
+        log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
+        limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
+        **extra,
+    )
+    sink = ListSink()
+    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,))))
+    return Stack(proxy, mtp, plain, sink, config, mtp_server, plain_server)
+
+
+@pytest.fixture
+async def stack(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[Stack]:
+    yield await start_stack(aiohttp_server, tmp_path)
