@@ -2,9 +2,11 @@
 
 Pure: no I/O, no clock, no globals. Everything the decision depends on is an argument:
 the policy, the request's features and scores, the backends' health and load, the learned
-thresholds. Rules are checked in a fixed order (header, model alias, API key, sampling,
-thinking, response_format, class route); the first that applies wins and is named in
-`Decision.rule`, with a short `reason` code for logs and headers.
+state, a uniform random draw for exploration, and where the conversation's prefix is held.
+Rules are checked in a fixed order (header, model alias, API key, sampling, thinking,
+response_format, class route); the first that applies wins and is named in `Decision.rule`,
+with a short `reason` code for logs and headers. Only class routes (`auto` or pinned) are
+subject to stickiness, and only `auto` routes to exploration; overrides are pins.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
+from policies.explore import explore
+from policies.learned import Belief, LearnedState
 from policies.schema import Policy, Profile
+from policies.sessions import Held, expected_remaining_tokens, switch_verdict
 
 DEFAULT_THRESHOLD: Final = 0.5
 PROFILES: Final = ("mtp", "plain")
+# Reasons that come from the class route (not an override): stickiness may overrule them.
+CLASS_REASONS: Final = frozenset({"class", "learned", "p_spec", "classifier_error"})
+# Reasons that come from an `auto` route: exploration may overrule them.
+AUTO_REASONS: Final = frozenset({"learned", "p_spec"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +76,28 @@ def decide(
     backends: Sequence[BackendState],
     context: RequestContext = RequestContext(),
     thresholds: Mapping[str, float] | None = None,
+    *,
+    learned: LearnedState | None = None,
+    draw: float | None = None,
+    held: Held | None = None,
 ) -> Decision:
-    """Pick a profile by the policy's rules, then the least busy healthy backend for it."""
-    profile, reason, rule, threshold = choose_profile(policy, features, scores, context, thresholds)
-    return place(profile, reason, rule, backends, threshold=threshold)
+    """Pick a profile by the policy's rules (learned thresholds priced for the current load),
+    maybe explore (`draw`: uniform in [0, 1), None: never), keep the conversation where its
+    prefix is `held` unless switching pays, then the least busy healthy backend."""
+    queues = _queues(backends)
+    profile, reason, rule, threshold = choose_profile(
+        policy, features, scores, context, thresholds, learned=learned, queues=queues
+    )
+    belief = _belief(learned, scores)
+    explored = False
+    if draw is not None and reason in AUTO_REASONS and scores is not None:
+        choice = explore(profile, belief, scores.p_spec, policy.exploration.rate, draw)
+        profile, explored = choice.profile, choice.explored
+    if held is not None and policy.stickiness.enabled and reason in CLASS_REASONS:
+        sticky = _stick(held, profile, features, scores, backends, learned, belief)
+        if sticky is not None:
+            return Decision(held.profile, sticky.name, "sticky", rule, False, threshold)
+    return place(profile, reason, rule, backends, threshold=threshold, explored=explored)
 
 
 def choose_profile(
@@ -79,8 +106,15 @@ def choose_profile(
     scores: Scores | None,
     context: RequestContext = RequestContext(),
     thresholds: Mapping[str, float] | None = None,
+    *,
+    learned: LearnedState | None = None,
+    queues: tuple[int, int] = (0, 0),
 ) -> tuple[Profile, str, str, float | None]:
-    """(profile, reason, rule, threshold) by the policy's rules, in their fixed order."""
+    """(profile, reason, rule, threshold) by the policy's rules, in their fixed order.
+
+    For an `auto` route the threshold is the learned one when the learned state trusts its
+    evidence (priced for `queues`: requests ahead on the mtp and plain instances), else the
+    one in `thresholds` ("class/lang" or "class"), else DEFAULT_THRESHOLD."""
     o = policy.overrides
     header = (context.header_route or "").strip().lower()
     if o.header and header in PROFILES:
@@ -105,10 +139,16 @@ def choose_profile(
     route, rule = policy.route_for(scores.top_class, scores.lang)
     if route != "auto":
         return route, "class", rule, None
-    key = f"{scores.top_class}/{scores.lang}"
-    threshold = (thresholds or {}).get(key, (thresholds or {}).get(scores.top_class, DEFAULT_THRESHOLD))
+    belief = _belief(learned, scores)
+    if belief is not None and belief.trusted:
+        threshold, reason = belief.threshold_at(*queues), "learned"
+    else:
+        given = thresholds or {}
+        key = f"{scores.top_class}/{scores.lang}"
+        threshold = given.get(key, given.get(scores.top_class, DEFAULT_THRESHOLD))
+        reason = "learned" if key in given or scores.top_class in given else "p_spec"
     profile: Profile = "mtp" if scores.p_spec >= threshold else "plain"
-    return profile, "learned" if thresholds else "p_spec", rule, threshold
+    return profile, reason, rule, threshold
 
 
 def place(
@@ -138,6 +178,53 @@ def failover_order(decision: Decision, backends: Sequence[BackendState]) -> list
     )
     first = [decision.backend] if decision.backend else []
     return first + [b.name for b in rest]
+
+
+def _queues(backends: Sequence[BackendState]) -> tuple[int, int]:
+    """Requests ahead on the least busy healthy instance of each profile."""
+
+    def ahead(profile: str) -> int:
+        busy = [b.inflight for b in backends if b.profile == profile and b.healthy]
+        return min(busy) if busy else 0
+
+    return ahead("mtp"), ahead("plain")
+
+
+def _belief(learned: LearnedState | None, scores: Scores | None) -> Belief | None:
+    if learned is None or scores is None:
+        return None
+    return learned.belief(scores.top_class, scores.lang)
+
+
+def _stick(
+    held: Held,
+    wanted: str,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    learned: LearnedState | None,
+    belief: Belief | None,
+) -> BackendState | None:
+    """The instance holding the prefix when the conversation should stay there, else None."""
+    holder = next((b for b in backends if b.name == held.backend and b.healthy), None)
+    if holder is None:
+        return None
+    if held.profile == wanted:
+        return holder
+    cost = learned.cost if learned is not None else None
+    prefill = cost.prefill_ms_per_token.get(wanted) if cost is not None else None
+    if cost is None or prefill is None or belief is None or scores is None:
+        return holder  # no measured basis for a gain: a switch would only cost
+    verdict = switch_verdict(
+        held_profile=held.profile,
+        wanted_profile=wanted,
+        speedup=belief.bin_for(scores.p_spec).speedup,
+        prompt_tokens=features.prompt_tokens,
+        remaining_tokens=expected_remaining_tokens(held.turns, cost.mean_completion_tokens),
+        t_plain_ms=cost.t_plain_ms,
+        prefill_ms_per_token=prefill,
+    )
+    return None if verdict.switch else holder
 
 
 def _least_busy(candidates: Iterable[BackendState]) -> BackendState | None:
