@@ -94,9 +94,11 @@ def decide(
         choice = explore(profile, belief, scores.p_spec, policy.exploration.rate, draw)
         profile, explored = choice.profile, choice.explored
     if held is not None and policy.stickiness.enabled and reason in CLASS_REASONS:
-        sticky = _stick(held, profile, features, scores, backends, learned, belief)
-        if sticky is not None:
-            return Decision(held.profile, sticky.name, "sticky", rule, False, threshold)
+        holder = _stick(held, profile, features, scores, backends, learned, belief)
+        if holder is not None and held.profile == profile:
+            return Decision(profile, holder.name, reason, rule, explored, threshold)
+        if holder is not None:
+            return Decision(held.profile, holder.name, "sticky", rule, False, threshold)
     return place(profile, reason, rule, backends, threshold=threshold, explored=explored)
 
 
