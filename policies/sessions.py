@@ -106,10 +106,13 @@ class SessionTable:
             return None
         return held
 
-    def remember(self, key: str, backend: str, profile: str, prompt_tokens: int, now: float) -> Held:
+    def remember(
+        self, key: str, backend: str, profile: str, prompt_tokens: int, now: float
+    ) -> Held:
         """Record that `backend` served this turn (and now holds the prefix)."""
         previous = self._held.pop(key, None)
-        turns = 1 if previous is None or now - previous.last_seen > self.ttl_s else previous.turns + 1
+        fresh = previous is None or now - previous.last_seen > self.ttl_s
+        turns = 1 if fresh or previous is None else previous.turns + 1
         held = Held(backend, profile, turns, prompt_tokens, now)
         self._held[key] = held
         self._trim()

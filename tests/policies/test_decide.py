@@ -76,7 +76,9 @@ def replace_models(policy: Policy, models: dict[str, str]) -> Policy:
         ("chat", "zh", 0.9, "plain"),
     ],
 )
-def test_learned_thresholds_route_gb10_classes(cls: str, lang: str, p_spec: float, profile: str) -> None:
+def test_learned_thresholds_route_gb10_classes(
+    cls: str, lang: str, p_spec: float, profile: str
+) -> None:
     d = decide(POLICY, FEATURES, _scores(cls, p_spec, lang), BACKENDS, learned=GB10_STATE)
     assert (d.profile, d.reason) == (profile, "learned")
     assert d.threshold == GB10_STATE.beliefs[f"{cls}/{lang}"].threshold
@@ -91,7 +93,12 @@ def test_without_learned_state_the_default_threshold_applies() -> None:
 
 @pytest.mark.parametrize(
     ("mtp_inflight", "plain_inflight", "cls", "profile"),
-    [(0, 0, "agent", "mtp"), (1, 0, "agent", "plain"), (0, 1, "prose", "mtp"), (2, 2, "agent", "mtp")],
+    [
+        (0, 0, "agent", "mtp"),
+        (1, 0, "agent", "plain"),
+        (0, 1, "prose", "mtp"),
+        (2, 2, "agent", "mtp"),
+    ],
 )
 def test_load_is_priced_in(mtp_inflight: int, plain_inflight: int, cls: str, profile: str) -> None:
     backends = (
