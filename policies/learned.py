@@ -141,7 +141,7 @@ def best_cut(bins: Sequence[BinEstimate], speedups: Sequence[float]) -> float:
     """The p_spec threshold that maximises the traffic-weighted gain of the bins routed to
     mtp (all bins at or above it); NEVER when no cut gains. Ties go to the higher cut."""
     best, best_gain, gain = NEVER, 0.0, 0.0
-    for b, speedup in zip(reversed(bins), reversed(speedups)):
+    for b, speedup in zip(reversed(bins), reversed(speedups), strict=True):
         gain += (b.n_mtp + b.n_plain + 1) * (speedup - 1.0)
         if gain > best_gain + 1e-12:
             best, best_gain = b.lo, gain
