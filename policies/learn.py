@@ -53,7 +53,15 @@ class Observation:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     ttft_ms: float | None = None
-    greedy: bool = True  # speculation can only pay on greedy, non-thinking decoding
+    temperature: float = 0.0  # -1: the request did not say
+    thinking: bool | None = False  # None: the request did not say
+
+    def greedy(self, assume: Assume) -> bool:
+        """Whether the request decoded greedily without thinking (where speculation can pay),
+        filling in what the request did not say from the policy's assumptions."""
+        temperature = self.temperature if self.temperature >= 0 else assume.temperature
+        thinking = assume.thinking if self.thinking is None else self.thinking
+        return temperature <= 0 and not thinking
 
     @property
     def ms_per_token(self) -> float:
@@ -64,9 +72,7 @@ class Observation:
         return self.profile == "mtp" and bool(self.draft_n)
 
 
-def observation_from_log(
-    data: Mapping[str, Any], assume: Assume | None = None
-) -> Observation | None:
+def observation_from_log(data: Mapping[str, Any]) -> Observation | None:
     """An observation from one decision-log record as a JSON object (schema_version 1), or
     None when the request taught nothing (failed, no tokens, no decode rate)."""
     try:
@@ -92,20 +98,17 @@ def observation_from_log(
             prompt_tokens=int(outcome.get("prompt_tokens") or 0),
             cached_tokens=int(outcome.get("cached_tokens") or 0),
             ttft_ms=_float_or_none(outcome.get("ttft_ms")),
-            greedy=_greedy(features, assume or Assume()),
+            temperature=float(features.get("temperature", -1)),
+            thinking=_thinking(features),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
-def _greedy(features: Mapping[str, Any], assume: Assume) -> bool:
-    temperature = float(features.get("temperature", -1))
-    if temperature < 0:
-        temperature = assume.temperature
-    thinking = bool(features.get("thinking")) or (
-        bool(features.get("thinking_unset", True)) and assume.thinking
-    )
-    return temperature <= 0 and not thinking
+def _thinking(features: Mapping[str, Any]) -> bool | None:
+    if features.get("thinking"):
+        return True
+    return None if features.get("thinking_unset", True) else False
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -246,12 +249,16 @@ def learn(
     observations: Iterable[Observation],
     *,
     min_samples: int = 30,
+    assume: Assume | None = None,
     created: str = "",
     n_bins: int = N_BINS,
 ) -> LearnedState:
-    """What the observations say about each class and language (and each class pooled)."""
+    """What the observations say about each class and language (and each class pooled).
+    Only greedy, non-thinking requests are learned from (`assume`: the policy's defaults for
+    requests that do not say)."""
+    assume = assume or Assume()
     everything = list(observations)
-    usable = [o for o in everything if o.greedy and o.profile in ("mtp", "plain")]
+    usable = [o for o in everything if o.greedy(assume) and o.profile in ("mtp", "plain")]
     cost = fit_costs(usable)
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
     for o in usable:

@@ -136,10 +136,13 @@ def test_acceptance_for_speedup_inverts_the_formula() -> None:
 
 def test_sampled_and_thinking_requests_are_not_learned() -> None:
     obs = list(synthetic.observations(GB10, 400, seed=7))
-    sampled = [Observation(**{**_fields(o), "greedy": False}) for o in obs]
-    state = learn(obs + sampled)
-    assert state.n_observations == 400
-    assert state.n_skipped == 400
+    sampled = [Observation(**{**_fields(o), "temperature": 0.7}) for o in obs]
+    thinking = [Observation(**{**_fields(o), "thinking": True}) for o in obs]
+    unsaid = [Observation(**{**_fields(o), "temperature": -1.0}) for o in obs]
+    state = learn(obs + sampled + thinking + unsaid)
+    assert (state.n_observations, state.n_skipped) == (400, 1200)
+    state = learn(obs + sampled + thinking + unsaid, assume=Assume(temperature=0.0))
+    assert (state.n_observations, state.n_skipped) == (800, 800)
 
 
 def _record(**outcome: object) -> dict[str, object]:
@@ -168,7 +171,7 @@ def _record(**outcome: object) -> dict[str, object]:
 def test_observation_from_log_reads_a_record() -> None:
     obs = observation_from_log(_record())
     assert obs == Observation(
-        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, greedy=True
+        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None
     )
 
 
@@ -205,8 +208,8 @@ def test_greedy_follows_the_policy_assumptions(
 ) -> None:
     record = _record()
     record["features"] = features
-    obs = observation_from_log(record, assume)
-    assert obs is not None and obs.greedy is greedy
+    obs = observation_from_log(record)
+    assert obs is not None and obs.greedy(assume) is greedy
 
 
 def test_prefill_rate_is_measured_per_uncached_token() -> None:
