@@ -53,9 +53,8 @@ def format_record(record: RouteRecord) -> str:
     """time, class/lang, served profile and reason, backend, TTFT, tokens, tokens/s, acceptance"""
     outcome = record.outcome
     clock = record.ts[11:19] if len(record.ts) >= 19 else record.ts
-    route = f"{record_profile(record):<5} {record_reason(record):<14.14}"
-    if record.decision.get("explored"):
-        route += "*"
+    reason = record_reason(record) + ("*" if record.decision.get("explored") else "")
+    route = f"{record_profile(record):<5} {reason:<15.15}"
     parts = [
         clock,
         f"{record_class(record) + '/' + record_lang(record):<16.16}",
