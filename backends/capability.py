@@ -1,0 +1,163 @@
+"""At start: do both profiles serve the same model, and does the mtp instance really speculate?
+
+Routing between a speculative and a plain instance only makes sense if they return the same
+tokens: same model on both (compared by the ids of `GET /v1/models`). A mismatch refuses the
+start. Then one tiny greedy request goes to every backend: the mtp instances must report drafted
+tokens (llama.cpp timings, vLLM metrics, SGLang meta_info, or Prometheus counter deltas); when
+they report none, or the engine reports nothing, the result carries a warning, not a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+
+from backends.engines import ADAPTERS, EngineAdapter
+from backends.spec import BackendSpec
+from backends.stats import EMPTY, UpstreamReport, counter_delta, parse_prometheus, read_report
+
+PROBE_PROMPT = "Count from 1 to 20, separated by commas."
+
+
+class CapabilityError(RuntimeError):
+    """The configured backends cannot be routed between (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    models: Mapping[str, tuple[str, ...]]  # backend -> the model ids it serves
+    common_model: str  # the id sent in the probe requests ("" if none is shared)
+    drafted: Mapping[str, int | None]  # backend -> drafted tokens seen (None: not reported)
+    errors: tuple[str, ...]  # reasons to refuse the start
+    warnings: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise CapabilityError("; ".join(self.errors))
+
+
+async def capability_probe(
+    specs: Sequence[BackendSpec],
+    session: aiohttp.ClientSession,
+    *,
+    adapters: Mapping[str, EngineAdapter] = ADAPTERS,
+    timeout_s: float = 120.0,
+    max_tokens: int = 16,
+) -> ProbeResult:
+    """Compare the models of every backend, then send each one tiny greedy request."""
+    listed = await asyncio.gather(*(_model_ids(s, adapters, session, timeout_s) for s in specs))
+    models = {spec.name: ids for spec, (ids, _) in zip(specs, listed)}
+    warnings = [why for _, why in listed if why]
+    errors = _model_mismatch(specs, models)
+    common = _common_model(models)
+    drafted: dict[str, int | None] = {}
+    if not errors and common:
+        reports = await asyncio.gather(*(
+            _probe_request(spec, adapters[spec.engine], session, common, timeout_s, max_tokens)
+            for spec in specs if models[spec.name]
+        ))
+        for spec, (report, why) in zip([s for s in specs if models[s.name]], reports):
+            drafted[spec.name] = report.draft_n
+            warnings += [why] if why else _speculation_warnings(spec, report)
+    if {spec.profile for spec in specs} != {"mtp", "plain"}:
+        warnings.append("only one profile is configured: every request goes to it")
+    return ProbeResult(models, common, drafted, tuple(errors), tuple(warnings))
+
+
+async def _model_ids(
+    spec: BackendSpec, adapters: Mapping[str, EngineAdapter],
+    session: aiohttp.ClientSession, timeout_s: float,
+) -> tuple[tuple[str, ...], str]:
+    url = spec.base_url + adapters[spec.engine].models_path
+    try:
+        async with session.get(url, headers=_auth(spec),
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            payload = await response.json(content_type=None)
+            response.raise_for_status()
+    except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+        return (), f"backend {spec.name!r}: cannot list models at {url}: {error}"
+    data = payload.get("data") if isinstance(payload, Mapping) else None
+    ids = tuple(sorted(str(m["id"]) for m in data or [] if isinstance(m, Mapping) and "id" in m))
+    return ids, "" if ids else f"backend {spec.name!r}: {url} lists no models"
+
+
+def _model_mismatch(specs: Sequence[BackendSpec], models: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Every reachable backend must share a model id with every reachable one of the other profile."""
+    errors = []
+    for spec in specs:
+        for other in specs:
+            if spec.profile == "mtp" and other.profile == "plain" and models[spec.name] \
+                    and models[other.name] and not set(models[spec.name]) & set(models[other.name]):
+                errors.append(
+                    f"backends {spec.name!r} (mtp) and {other.name!r} (plain) serve different "
+                    f"models: {list(models[spec.name])} vs {list(models[other.name])}; both "
+                    "profiles must serve the same model, or routing changes the answers"
+                )
+    return errors
+
+
+def _common_model(models: Mapping[str, tuple[str, ...]]) -> str:
+    sets = [set(ids) for ids in models.values() if ids]
+    shared = set.intersection(*sets) if sets else set()
+    return min(shared) if shared else ""
+
+
+async def _probe_request(
+    spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
+    model: str, timeout_s: float, max_tokens: int,
+) -> tuple[UpstreamReport, str]:
+    body = {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": False}
+    body = adapter.request_tweaks(body, stream=False, path="/v1/chat/completions").body
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        before = await _scrape(spec, adapter, session, timeout)
+        async with session.post(spec.base_url + "/v1/chat/completions", json=body,
+                                headers=_auth(spec), timeout=timeout) as response:
+            payload = await response.json(content_type=None)
+            response.raise_for_status()
+        report = read_report(payload)
+        if report.draft_n is None and adapter.counters is not None and before is not None:
+            after = await _scrape(spec, adapter, session, timeout)
+            report = counter_delta(before, after or {}, adapter.counters)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+        return EMPTY, f"backend {spec.name!r}: the probe request failed: {error}"
+    return report, ""
+
+
+async def _scrape(
+    spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
+    timeout: aiohttp.ClientTimeout,
+) -> dict[str, float] | None:
+    if not adapter.metrics_path:
+        return None
+    try:
+        async with session.get(spec.base_url + adapter.metrics_path, headers=_auth(spec),
+                               timeout=timeout) as response:
+            return parse_prometheus(await response.text()) if response.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+def _speculation_warnings(spec: BackendSpec, report: UpstreamReport) -> list[str]:
+    if spec.profile == "mtp" and report.draft_n is None:
+        return [(f"backend {spec.name!r} (mtp): the engine reports no draft statistics; "
+                "speculation cannot be confirmed (decode tokens/s is still measured)")]
+    if spec.profile == "mtp" and report.draft_n == 0:
+        return [(f"backend {spec.name!r} (mtp) drafted no token on a greedy request: "
+                "speculation is not running there")]
+    if spec.profile == "plain" and report.draft_n:
+        return [(f"backend {spec.name!r} (plain) drafted {report.draft_n} tokens: "
+                "it speculates, so both profiles do")]
+    return []
+
+
+def _auth(spec: BackendSpec) -> dict[str, str]:
+    return {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}

@@ -1,0 +1,299 @@
+"""Keep the backends running: launch, wait until ready, health-check, restart, stop. No orphans.
+
+Each launched backend runs in its own session (process group) with stdout and stderr appended to
+`<log_dir>/<name>.log`; on Linux it also gets SIGKILL when the process that spawned it dies
+(PR_SET_PDEATHSIG), so a crashed router leaves nothing behind. A process that dies is restarted
+with exponential backoff; stop sends SIGTERM to its group, then SIGKILL after a grace period.
+Every backend, launched or attached, is probed periodically with its engine's probe; a change
+of health calls `on_change(name, healthy, reason)` so that the router can log it and fail over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+import aiohttp
+
+from backends.engines import ADAPTERS, EngineAdapter
+from backends.spec import BackendSpec
+
+OnChange = Callable[[str, bool, str], None]
+_PR_SET_PDEATHSIG = 1
+
+
+class BackendStartError(RuntimeError):
+    """A launched backend did not become ready; the message includes the end of its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatus:
+    name: str
+    profile: str
+    launched: bool
+    healthy: bool = False
+    pid: int | None = None
+    restarts: int = 0
+    last_error: str = ""
+    log_path: str = ""
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 8192))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
+    """"" when `url` answers 200, else why not."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            await response.read()
+            return "" if response.status == 200 else f"{url} answered {response.status}"
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
+        return f"{url}: {type(error).__name__} {error}".strip()
+
+
+class _Managed:
+    """One launched process and its restart bookkeeping."""
+
+    def __init__(self, spec: BackendSpec, adapter: EngineAdapter, log_path: Path) -> None:
+        self.spec = spec
+        self.adapter = adapter
+        self.log_path = log_path
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def spawn(self, *, tie_to_parent: bool) -> int:
+        command = self.adapter.command(self.spec)
+        launch = self.spec.launch
+        # The child writes to its own copy of the descriptor; ours closes when spawned.
+        with _open_log(self.log_path, " ".join(command.argv)) as log:
+            try:
+                self.process = await asyncio.create_subprocess_exec(
+                    *command.argv,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log,
+                    stderr=asyncio.subprocess.STDOUT, env={**os.environ, **command.env},
+                    cwd=(launch.cwd or None) if launch else None, start_new_session=True,
+                    preexec_fn=_die_with_parent if tie_to_parent else None,
+                )
+            except OSError as error:
+                raise BackendStartError(
+                    f"backend {self.spec.name!r}: cannot run {command.argv[0]!r}: {error}"
+                ) from error
+        return self.process.pid
+
+    async def terminate(self, grace_s: float) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`, reap the leader."""
+        process = self.process
+        if process is None:
+            return
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace_s)
+        except TimeoutError:
+            pass
+        _signal_group(process.pid, signal.SIGKILL)  # also any child the leader left behind
+        await process.wait()
+
+
+def _open_log(path: Path, argv: str) -> IO[bytes]:
+    log = open(path, "ab")  # noqa: SIM115 (the caller closes it once the child has it)
+    log.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} specroute starts: {argv}\n".encode())
+    log.flush()
+    return log
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)  # the leader's pid is the group id (start_new_session)
+
+
+class Supervisor:
+    """Starts, watches and stops the backends of one config."""
+
+    def __init__(
+        self,
+        specs: Sequence[BackendSpec],
+        log_dir: str | Path,
+        *,
+        session: aiohttp.ClientSession,
+        health_interval_s: float = 5.0,
+        probe_timeout_s: float = 5.0,
+        failures_to_unhealthy: int = 2,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        stop_grace_s: float = 10.0,
+        tie_to_parent: bool = True,
+        on_change: OnChange | None = None,
+        adapters: Mapping[str, EngineAdapter] = ADAPTERS,
+        backoff_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._specs = {spec.name: spec for spec in specs}
+        self._adapters = adapters
+        self._log_dir = Path(log_dir)
+        self._session = session
+        self._interval = health_interval_s
+        self._probe_timeout = probe_timeout_s
+        self._failures_to_unhealthy = failures_to_unhealthy
+        self._backoff = (backoff_initial_s, backoff_max_s)
+        self._grace = stop_grace_s
+        self._tie = tie_to_parent
+        self._on_change = on_change
+        self._backoff_sleep = backoff_sleep
+        self._managed: dict[str, _Managed] = {}
+        self._status: dict[str, BackendStatus] = {
+            spec.name: BackendStatus(spec.name, spec.profile, spec.launch is not None)
+            for spec in specs
+        }
+        self._failures: dict[str, int] = dict.fromkeys(self._specs, 0)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    # -- what the router reads ------------------------------------------------------------
+    def state(self, name: str) -> BackendStatus:
+        return self._status[name]
+
+    def statuses(self) -> dict[str, BackendStatus]:
+        return dict(self._status)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Launch what has a launch block and wait until all are ready; probe the attached.
+
+        Raises BackendStartError (after stopping what was started) if one never gets ready.
+        """
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        launched = [spec for spec in self._specs.values() if spec.launch is not None]
+        for spec in launched:
+            adapter = self._adapters[spec.engine]
+            managed = _Managed(spec, adapter, self._log_dir / f"{spec.name}.log")
+            self._managed[spec.name] = managed
+            self._update(spec.name, log_path=str(managed.log_path))
+        try:
+            await asyncio.gather(*(self._launch(name) for name in self._managed))
+        except BaseException:
+            await self.stop()
+            raise
+        await asyncio.gather(*(self._check(name) for name in self._specs
+                               if name not in self._managed))
+        self._tasks = [asyncio.create_task(self._watch(name)) for name in self._managed]
+        self._tasks.append(asyncio.create_task(self._health_loop()))
+
+    async def stop(self) -> None:
+        """Stop health checks and watchers, then every launched process group. Idempotent."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await asyncio.gather(*(m.terminate(self._grace) for m in self._managed.values()))
+        for name in self._managed:
+            self._set_health(name, False, "stopped")
+            self._update(name, pid=None)
+
+    # -- internals ------------------------------------------------------------------------
+    async def _launch(self, name: str) -> None:
+        managed = self._managed[name]
+        pid = await managed.spawn(tie_to_parent=self._tie)
+        self._update(name, pid=pid)
+        await self._wait_ready(managed)
+        self._failures[name] = 0
+        self._set_health(name, True, "ready")
+
+    async def _wait_ready(self, managed: _Managed) -> None:
+        spec, process = managed.spec, managed.process
+        assert spec.launch is not None and process is not None
+        url = spec.base_url + managed.adapter.ready_path
+        deadline = time.monotonic() + spec.launch.ready_timeout_s
+        why = "not probed yet"
+        while time.monotonic() < deadline:
+            if process.returncode is not None:
+                raise BackendStartError(
+                    f"backend {spec.name!r} exited with code {process.returncode} before it was "
+                    f"ready; end of {managed.log_path}:\n{log_tail(managed.log_path)}"
+                )
+            why = await probe(self._session, url, self._probe_timeout)
+            if not why:
+                return
+            await asyncio.sleep(0.2)
+        await managed.terminate(self._grace)
+        raise BackendStartError(
+            f"backend {spec.name!r} not ready after {spec.launch.ready_timeout_s:.0f}s ({why}); "
+            f"end of {managed.log_path}:\n{log_tail(managed.log_path)}"
+        )
+
+    async def _watch(self, name: str) -> None:
+        """Restart the process whenever it dies, waiting longer after each quick failure."""
+        managed = self._managed[name]
+        delay = self._backoff[0]
+        while not self._stopping:
+            assert managed.process is not None
+            code = await managed.process.wait()
+            if self._stopping:
+                return
+            _signal_group(managed.process.pid, signal.SIGKILL)  # leftovers of the dead leader
+            self._set_health(name, False, f"exited with code {code}")
+            self._update(name, pid=None, restarts=self._status[name].restarts + 1)
+            await self._backoff_sleep(delay)
+            delay = min(delay * 2, self._backoff[1])
+            try:
+                await self._launch(name)
+                delay = self._backoff[0]  # ready again: the next failure starts over
+            except BackendStartError as error:
+                self._update(name, last_error=str(error).splitlines()[0])
+                if managed.process is not None and managed.process.returncode is None:
+                    await managed.terminate(self._grace)
+
+    async def _health_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self._interval)
+            await asyncio.gather(*(self._check(name) for name in self._specs))
+
+    async def _check(self, name: str) -> None:
+        managed = self._managed.get(name)
+        if managed is not None and (managed.process is None
+                                    or managed.process.returncode is not None):
+            return  # dead or restarting: the watcher owns its health
+        spec = self._specs[name]
+        why = await probe(self._session, spec.base_url + self._adapters[spec.engine].ready_path,
+                          self._probe_timeout)
+        if self._stopping:
+            return
+        if not why:
+            self._failures[name] = 0
+            self._set_health(name, True, "probe ok")
+            return
+        self._failures[name] += 1
+        # One slow probe while the engine is busy is not an outage; a few in a row are.
+        first = not self._status[name].healthy and self._status[name].last_error == ""
+        if first or self._failures[name] >= self._failures_to_unhealthy:
+            self._set_health(name, False, why)
+
+    def _set_health(self, name: str, healthy: bool, reason: str) -> None:
+        before = self._status[name]
+        error = before.last_error if healthy else reason
+        self._status[name] = replace(before, healthy=healthy, last_error=error)
+        if before.healthy != healthy and self._on_change is not None:
+            self._on_change(name, healthy, reason)
+
+    def _update(self, name: str, **changes: object) -> None:
+        self._status[name] = replace(self._status[name], **changes)  # type: ignore[arg-type]
