@@ -221,12 +221,17 @@ async def _stream(
     await response.prepare(request)
     await response.write(b": prefill\n\n")
     chat = request.path.endswith("/chat/completions")
+    loop = asyncio.get_running_loop()
+    due = loop.time()
     for index, (token, delay) in enumerate(zip(plan.tokens, plan.step_s)):
         if fault is not None and fault.kind == "die_after" and index >= fault.after_chunks:
             assert request.transport is not None
             request.transport.close()
             return response
-        await asyncio.sleep(delay * state.time_scale)
+        # Sleep to an absolute schedule so that timer overhead does not accumulate per token.
+        due += delay * state.time_scale
+        if due > loop.time():
+            await asyncio.sleep(due - loop.time())
         await response.write(_sse(_chunk(chat, state, token, None)))
     final = _chunk(chat, state, "", "stop")
     final["timings"] = _timings(plan, state)

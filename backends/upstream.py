@@ -104,7 +104,12 @@ async def forward(
             extra = response_headers(result) if response_headers is not None else {}
             response = await _relay(request, upstream, first, result, clock, options, extra)
         finally:
-            upstream.close()
+            # A fully read body frees the connection for reuse; anything else closes it, which
+            # tells the backend to stop generating.
+            if upstream.content.at_eof() and not result.error and not result.client_disconnected:
+                upstream.release()
+            else:
+                upstream.close()
         return response, result
     result.status = 502
     response = _all_failed(result)
@@ -191,12 +196,15 @@ async def _relay_events(
     splitter = SSESplitter()
     chunk = first
     while chunk:
+        now = clock()
+        kept = []
         for raw in splitter.feed(chunk):
             payload = event_json(raw)
-            result.meter.observe(payload, clock())
-            if strip_usage and is_usage_only(payload):
-                continue
-            await response.write(raw)
+            result.meter.observe(payload, now)
+            if not (strip_usage and is_usage_only(payload)):
+                kept.append(raw)
+        if kept:  # one write per upstream read: the events arrived together
+            await response.write(b"".join(kept))
         try:
             chunk = await upstream.content.readany()
         except _UPSTREAM_ERRORS as exc:
