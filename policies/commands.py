@@ -1,0 +1,184 @@
+"""The policy commands of the `specroute` CLI: `policy check`, `policy explain`, `learn`.
+
+The edge around the pure core: reads files, prints, reads the clock (to stamp learned state).
+`router.cli` calls `register(subparsers, read_observations=...)`; the reader of the decision
+log is injected because the log's schema lives in `router` (a plain JSON-lines reader is the
+default, for logs that are not rotated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from classifiers import rules
+from classifiers.features import Features, extract
+from classifiers.request_view import InvalidRequest, RequestView, view_request
+from classifiers.scores import Scores
+from policies.decide import BackendState, RequestContext, decide
+from policies.explain import describe_policy, describe_request, describe_state
+from policies.learn import Observation, learn, observation_from_log
+from policies.learned import LearnedState
+from policies.schema import Policy
+from policies.store import PolicyStore, learned_path_for, write_learned
+from policies.yamlfile import ConfigError, load_model
+
+ObservationReader = Callable[[list[str]], Iterable[Observation]]
+Scorer = Callable[[RequestView, Features], Scores]
+Formatter: Final = argparse.ArgumentDefaultsHelpFormatter
+DEFAULT_POLICY: Final = str(Path(__file__).with_name("default.yaml"))
+
+
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    *,
+    read_observations: ObservationReader | None = None,
+    score: Scorer | None = None,
+) -> None:
+    """Add `policy check`, `policy explain` and `learn` to the CLI. `score` classifies a
+    request for `policy explain --request` (default: the rule-based scorer)."""
+    reader = read_observations or read_jsonl_observations
+    scorer = score or rules.score
+    policy = subparsers.add_parser(
+        "policy", help="check and explain routing policies", formatter_class=Formatter
+    )
+    verbs = policy.add_subparsers(dest="verb", metavar="VERB", required=True)
+    check = verbs.add_parser(
+        "check", help="validate a policy file (exit 1 with line-numbered errors)",
+        formatter_class=Formatter,
+    )
+    check.add_argument("file", metavar="FILE", help="the policy YAML to validate")
+    check.set_defaults(func=check_command)
+    explain = verbs.add_parser(
+        "explain", help="show the rules, learned thresholds and their evidence",
+        formatter_class=Formatter,
+    )
+    explain.add_argument("--policy", default=DEFAULT_POLICY, help="policy file")
+    explain.add_argument(
+        "--learned", default=None, help="learned state (default: next to the policy)"
+    )
+    explain.add_argument(
+        "--request", default=None, help="a request body (JSON) to show the decision for"
+    )
+    explain.add_argument(
+        "--endpoint", default="chat", choices=("chat", "completions", "messages", "responses"),
+        help="the API the --request body is for",
+    )
+    explain.set_defaults(func=lambda args: explain_command(args, scorer))
+    learn_parser = subparsers.add_parser(
+        "learn", help="learn the thresholds from decision logs", formatter_class=Formatter
+    )
+    learn_parser.add_argument("logs", nargs="+", metavar="LOG", help="decision log file(s)")
+    learn_parser.add_argument(
+        "--policy", default=DEFAULT_POLICY,
+        help="policy file (its min_samples and assumptions apply)",
+    )
+    learn_parser.add_argument(
+        "--out", default=None, help="learned state to write (default: next to the policy)"
+    )
+    learn_parser.set_defaults(func=lambda args: learn_command(args, reader))
+
+
+def check_command(args: argparse.Namespace) -> int:
+    try:
+        policy = load_model(args.file, Policy)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    auto = sorted(c for c, r in policy.routes.items() if r == "auto")
+    print(f"{args.file}: valid ({len(policy.routes)} class routes, auto: {', '.join(auto) or '-'};"
+          f" exploration {policy.exploration.rate:.0%};"
+          f" stickiness {'on' if policy.stickiness.enabled else 'off'})")
+    return 0
+
+
+def explain_command(args: argparse.Namespace, scorer: Scorer) -> int:
+    try:
+        store = PolicyStore(args.policy, args.learned)
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    lines = describe_policy(store.policy)
+    lines += [""] + describe_state(store.learned, store.policy, str(store.learned_path))
+    if args.request:
+        try:
+            body = json.loads(Path(args.request).read_text(encoding="utf-8"))
+            view = view_request(args.endpoint, body)
+        except (OSError, ValueError, InvalidRequest) as exc:
+            print(f"{args.request}: cannot read the request: {exc}", file=sys.stderr)
+            return 1
+        lines += [""] + _explain_request(store.policy, store.learned, view, scorer)
+    print("\n".join(lines))
+    return 0
+
+
+def _explain_request(
+    policy: Policy, learned: LearnedState, view: RequestView, scorer: Scorer
+) -> list[str]:
+    features = extract(view)
+    scores = scorer(view, features)
+    backends = (BackendState("mtp", "mtp"), BackendState("plain", "plain"))
+    context = RequestContext(model=view.model)
+    decision = decide(policy, features, scores, backends, context, learned=learned)
+    return describe_request(policy, learned, features, scores, decision)
+
+
+def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
+    try:
+        policy = load_model(args.policy, Policy)
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    try:
+        observations = list(reader(list(args.logs)))
+    except OSError as exc:
+        print(f"specroute learn: cannot read the log: {exc}", file=sys.stderr)
+        return 1
+    if not observations:
+        print("specroute learn: no usable records in the log(s); nothing written", file=sys.stderr)
+        return 1
+    out = Path(args.out) if args.out else learned_path_for(args.policy)
+    state = learn_to_file(observations, policy, out, created=datetime.now(UTC).isoformat())
+    print("\n".join(describe_state(state, policy, str(out))))
+    return 0
+
+
+def learn_to_file(
+    observations: Iterable[Observation], policy: Policy, out: str | Path, *, created: str
+) -> LearnedState:
+    """Learn under `policy` and write the state atomically (the store then hot-reloads it).
+    The router's background task calls this too (in an executor: it writes a file)."""
+    state = learn(
+        observations,
+        min_samples=policy.exploration.min_samples,
+        assume=policy.assume,
+        created=created,
+    )
+    write_learned(out, state)
+    return state
+
+
+def read_jsonl_observations(paths: list[str]) -> Iterator[Observation]:
+    """Observations from plain JSON-lines decision logs; lines that are not records are
+    skipped."""
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                data = _json_object(line)
+                observation = observation_from_log(data) if data is not None else None
+                if observation is not None:
+                    yield observation
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,126 @@
+"""`specroute policy check | explain` and `specroute learn`, run through a real parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from policies.commands import DEFAULT_POLICY, register
+from policies.learn import Observation
+from policies.learned import NEVER, from_json
+from policies.store import learned_path_for
+from tests.policies import synthetic
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="specroute")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+def _log_line(o: Observation) -> str:
+    """A decision-log record (schema_version 1) carrying what the learner reads."""
+    return json.dumps({
+        "schema_version": 1,
+        "features": {"temperature": 0.0, "thinking": False, "thinking_unset": True},
+        "classifier": {"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
+        "decision": {"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
+        "outcome": {
+            "status": 200, "profile": o.profile, "completion_tokens": o.completion_tokens,
+            "decode_tps": o.decode_tps, "backend_tps": o.decode_tps, "draft_n": o.draft_n,
+            "draft_accepted": o.draft_accepted, "prompt_tokens": 400, "cached_tokens": 0,
+            "ttft_ms": 800.0,
+        },
+    })
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(Path(DEFAULT_POLICY).read_text(encoding="utf-8"), encoding="utf-8")
+    return path
+
+
+def test_check_accepts_the_shipped_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["policy", "check", DEFAULT_POLICY]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("agent: auto", "agent: fastest"), ":{line}: routes.agent: Input should be"),
+        (("  rate: 0.05", "  rate: 0.05\n  budget: 3"), "exploration.budget: unknown key"),
+        (("routes:", "routes: ["), "invalid YAML"),
+    ],
+)
+def test_check_rejects_with_line_numbers(
+    policy_file: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], expected: str
+) -> None:
+    text = policy_file.read_text().replace(*edit, 1)
+    policy_file.write_text(text, encoding="utf-8")
+    line = 1 + next(i for i, row in enumerate(text.splitlines()) if edit[1].split("\n")[0] in row)
+    assert _run(["policy", "check", str(policy_file)]) == 1
+    assert expected.format(line=line) in capsys.readouterr().err
+
+
+def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
+    tmp_path: Path, policy_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "decisions.jsonl"
+    lines = [_log_line(o) for o in synthetic.observations(synthetic.GB10, 1000, seed=31)]
+    log.write_text("\n".join(lines + ["not json", "[]"]) + "\n", encoding="utf-8")
+    assert _run(["learn", str(log), "--policy", str(policy_file)]) == 0
+    state = from_json(learned_path_for(policy_file).read_text(encoding="utf-8"))
+    assert state.n_observations == 1000
+    assert state.beliefs["agent/en"].threshold == 0.0
+    assert state.beliefs["prose/en"].threshold == NEVER
+    capsys.readouterr()
+
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({
+        "model": "m", "temperature": 0,
+        "messages": [{"role": "user", "content": "Write a Python function that parses a CSV."}],
+    }), encoding="utf-8")
+    assert _run(["policy", "explain", "--policy", str(policy_file), "--request", str(request)]) == 0
+    out = capsys.readouterr().out
+    assert "overrides.sampled" in out and "agent/en" in out
+    assert "Request: class code" in out
+    assert "Decision: mtp by routes.code (reason learned, threshold 0.00)" in out
+
+
+def test_explain_without_learned_state(
+    policy_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["policy", "explain", "--policy", str(policy_file)]) == 0
+    assert "nothing learned yet" in capsys.readouterr().out
+
+
+def test_learn_refuses_an_empty_log(
+    tmp_path: Path, policy_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "empty.jsonl"
+    log.write_text("", encoding="utf-8")
+    assert _run(["learn", str(log), "--policy", str(policy_file)]) == 1
+    assert "no usable records" in capsys.readouterr().err
+    assert not learned_path_for(policy_file).exists()
+
+
+def test_explain_reports_an_unreadable_request(
+    tmp_path: Path, policy_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.json"
+    assert _run(["policy", "explain", "--policy", str(policy_file), "--request", str(missing)]) == 1
+    assert "cannot read the request" in capsys.readouterr().err
+
+
+def test_every_option_shows_its_default() -> None:
+    parser = argparse.ArgumentParser(prog="specroute")
+    register(parser.add_subparsers(dest="command", required=True))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["learn", "--help"])
