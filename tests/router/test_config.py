@@ -1,0 +1,60 @@
+"""config.yaml: validated once, unknown keys are errors with file and line, paths resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.cli import main
+from router.config import ConfigError, load_config
+
+GOOD = """\
+listen: {host: 127.0.0.1, port: 9000}
+backends:
+  - {name: mtp-0, engine: llamacpp, profile: mtp, url: "http://127.0.0.1:8081/v1"}
+  - {name: plain-0, engine: ds4, profile: plain, url: "http://127.0.0.1:8082"}
+policy: my-policy.yaml
+log: {path: logs/d.jsonl}
+"""
+
+
+def test_good_config_resolves_relative_paths(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(GOOD)
+    config = load_config(path)
+    assert config.policy == str(tmp_path / "my-policy.yaml")
+    assert config.log.path == str(tmp_path / "logs" / "d.jsonl")
+    assert config.backends[0].base_url == "http://127.0.0.1:8081"
+    assert config.default_backend_name == "mtp-0"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD + "colour: blue\n", "config.yaml:7: colour: unknown key"),
+        (GOOD.replace("profile: mtp,", "profile: fast,"), "config.yaml:3: backends.0.profile:"),
+        (GOOD.replace('url: "http://127.0.0.1:8082"', 'ur: "x"'), "config.yaml:4: backends.1.ur: unknown key"),
+        (GOOD.replace("name: plain-0", "name: mtp-0"), "backend names must be unique"),
+        (GOOD.replace("port: 9000", "port: 99999"), "config.yaml:1: listen.port:"),
+        ("backends: []\n", "config.yaml:1: backends:"),
+    ],
+)
+def test_bad_configs_are_located(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert expected.replace("config.yaml", str(path)) in str(info.value)
+
+
+def test_serve_refuses_a_bad_config_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(GOOD + "colour: blue\n")
+    assert main(["serve", "--config", str(path)]) == 2
+    assert "colour: unknown key" in capsys.readouterr().err
+
+
+def test_shipped_config_is_valid() -> None:
+    config = load_config(Path(__file__).resolve().parents[2] / "config.yaml")
+    assert {b.profile for b in config.backends} == {"mtp", "plain"}
