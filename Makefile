@@ -21,6 +21,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check router classifiers backends policies
+	$(VENV)/bin/mypy
+
 bench: $(STAMP)
 	$(PY) bench/proxy_overhead.py
 

@@ -21,7 +21,8 @@ import openai
 
 from backends.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
-from router.app import Deps, create_app
+from router.app import create_app
+from router.state import Deps
 from router.config import Config, LogConfig
 from router.records import RouteRecord
 from router.serve import start_site
@@ -121,9 +122,9 @@ def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) 
               f"{'accept':>6} {'mtp tok/s':>9} {'plain tok/s':>11} {'mtp/plain':>9}")
     lines = [header, "-" * len(header)]
     for cls in CLASSES:
-        row = rows.get(cls)
-        if not row:
+        if cls not in rows:
             continue
+        row = rows[cls]
         mtp, plain = _median(row["tps_mtp"]), _median(row["tps_plain"])
         ratio = f"{mtp / plain:9.3f}" if mtp and plain else f"{'-':>9}"
         lines.append(

@@ -21,7 +21,8 @@ log = structlog.get_logger("specroute")
 
 
 class Scorer(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(self, view: RequestView, features: Features) -> Scores: ...
 

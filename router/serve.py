@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from router.app import Deps, create_app
+from router.app import create_app
+from router.state import Deps
 from router.config import Config
 
 

@@ -13,7 +13,8 @@ from aiohttp.test_utils import TestServer
 
 from backends.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
-from router.app import Deps, create_app
+from router.app import create_app
+from router.state import Deps
 from router.config import Config, Limits, LogConfig
 from router.records import RouteRecord
 
