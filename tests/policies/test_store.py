@@ -73,7 +73,7 @@ def test_store_swaps_in_a_valid_edit_and_keeps_the_last_good_on_a_bad_one(
     policy_file: Path,
 ) -> None:
     store = PolicyStore(policy_file)
-    _write(policy_file, policy_file.read_text().replace("prose: plain", "prose: mtp"))
+    _write(policy_file, policy_file.read_text().replace("prose: auto", "prose: mtp"))
     assert store.reload_if_changed(now=2.0) is True
     assert store.policy.routes["prose"] == "mtp"
     assert store.snapshot.loaded_at == 2.0
