@@ -1,0 +1,116 @@
+// specroute dashboard: polls data.json and redraws the plots (plotly.js served by the router).
+"use strict";
+
+const POLL_MS = 3000;
+const LAYOUT = { margin: { l: 55, r: 15, t: 35, b: 40 }, legend: { orientation: "h", y: -0.2 },
+                 font: { size: 11 } };
+const CONFIG = { displaylogo: false, responsive: true };
+
+function fmt(value, digits) {
+  return value === null || value === undefined ? "–" : Number(value).toFixed(digits);
+}
+
+function pct(value) {
+  return value === null || value === undefined ? "–" : (100 * value).toFixed(0) + "%";
+}
+
+function table(containerId, headers, rows) {
+  const tableEl = document.createElement("table");
+  const head = tableEl.insertRow();
+  for (const h of headers) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.appendChild(th);
+  }
+  for (const row of rows) {
+    const tr = tableEl.insertRow();
+    for (const cell of row) {
+      const td = tr.insertCell();
+      if (cell && typeof cell === "object") {
+        td.textContent = cell.text;
+        td.className = cell.cls;
+      } else {
+        td.textContent = cell;
+      }
+    }
+  }
+  const container = document.getElementById(containerId);
+  container.replaceChildren(tableEl);
+}
+
+function series(data, field, name) {
+  // one line per class over the time buckets
+  const classes = data.classes.map((c) => c.key);
+  return classes.map((cls) => ({
+    type: "scatter", mode: "lines+markers", name: name ? `${cls} ${name}` : cls,
+    x: data.timeline.map((b) => b.start),
+    y: data.timeline.map((b) => (b.groups[cls] ? b.groups[cls][field] : null)),
+  }));
+}
+
+function plot(id, traces, title, yaxis) {
+  Plotly.react(id, traces, { ...LAYOUT, title: { text: title, font: { size: 13 } },
+                             yaxis: yaxis || {} }, CONFIG);
+}
+
+function render(data) {
+  plot("plot-acceptance", series(data, "acceptance"), "Acceptance (accepted / drafted)",
+       { range: [0, 1.05] });
+  const tps = series(data, "tps_mtp", "mtp").concat(
+    series(data, "tps_plain", "plain").map((t) => ({ ...t, line: { dash: "dot" } })));
+  plot("plot-tps", tps, "Decode tokens/s by profile (solid mtp, dotted plain)");
+  plot("plot-share", series(data, "mtp_share"), "Share routed to mtp", { range: [0, 1.05] });
+
+  const keys = Object.keys(data.thresholds);
+  plot("plot-threshold", [{
+    type: "bar", x: keys, y: keys.map((k) => data.thresholds[k].value),
+    error_y: { type: "data", visible: true,
+               array: keys.map((k) => data.thresholds[k].uncertainty || 0) },
+    name: "threshold",
+  }], "Learned p_spec threshold (± uncertainty)", { range: [0, 1.05] });
+
+  const classes = data.classes.map((c) => c.key).concat(["all"]);
+  const rows = data.classes.concat([data.overall]);
+  plot("plot-gain", [
+    { type: "bar", name: "vs always-mtp", x: classes,
+      y: rows.map((r) => (r.gain_vs_always_mtp === null ? null : 100 * r.gain_vs_always_mtp)) },
+    { type: "bar", name: "vs never-mtp", x: classes,
+      y: rows.map((r) => (r.gain_vs_never_mtp === null ? null : 100 * r.gain_vs_never_mtp)) },
+  ], "Estimated gain of routing, % (from class averages)", { ticksuffix: "%" });
+
+  table("classes",
+    ["class", "requests", "errors", "→ mtp", "acceptance", "mtp tok/s", "plain tok/s",
+     "speedup", "threshold"],
+    rows.map((r) => [r.key, r.requests, r.errors, pct(r.mtp_share), fmt(r.acceptance, 2),
+                     fmt(r.tps_mtp, 1), fmt(r.tps_plain, 1),
+                     r.speedup === null ? "–" : fmt(r.speedup, 2) + "×", fmt(r.threshold, 2)]));
+  table("backends", ["backend", "profile", "health", "in flight", "restarts"],
+    data.backends.map((b) => [b.name, b.profile,
+      { text: b.healthy ? "healthy" : "DOWN", cls: b.healthy ? "ok" : "bad" },
+      b.inflight ?? "–", b.restarts ?? "–"]));
+  table("recent",
+    ["time", "class", "lang", "route", "reason", "backend", "status", "TTFT ms", "tokens",
+     "tok/s", "acceptance", "p_spec"],
+    data.recent.map((r) => [r.ts.slice(11, 19), r.class, r.lang,
+      r.profile + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
+      r.tokens ?? "–", fmt(r.tps, 1), fmt(r.acceptance, 2), fmt(r.p_spec, 2)]));
+  document.getElementById("gain-note").textContent =
+    "Gain: how much faster the routed traffic decoded than the same tokens would at one " +
+    "profile's class-average tokens/s (an estimate, not a replay). * = exploration.";
+  document.getElementById("status").textContent =
+    `${data.records} recent requests · buckets of ${data.bucket_s} s · updated ` +
+    new Date(data.generated_at).toLocaleTimeString();
+}
+
+async function refresh() {
+  try {
+    const response = await fetch("/dashboard/data.json", { cache: "no-store" });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    render(await response.json());
+  } catch (err) {
+    document.getElementById("status").textContent = `cannot load data: ${err}`;
+  }
+}
+
+refresh();
+setInterval(refresh, POLL_MS);
