@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.metrics import Metrics
 from tests.router.ops_records import make_record
+
+GRAFANA = Path(__file__).resolve().parents[2] / "grafana" / "specroute-dashboard.json"
 
 
 def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -80,3 +86,17 @@ def test_two_apps_never_share_counts() -> None:
     first.observe(make_record())
     assert _get(_samples(first), "specroute_proxy_overhead_seconds_count") == 1
     assert _get(_samples(second), "specroute_proxy_overhead_seconds_count") == 0
+
+
+def test_grafana_dashboard_queries_only_exported_series() -> None:
+    dashboard = json.loads(GRAFANA.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    used = {name for expr in exprs for name in re.findall(r"specroute_[a-z_]+", expr)}
+    metrics = Metrics()
+    metrics.observe(make_record(draft_n=4, accepted=3, explored=True, failover_from=("x",)))
+    metrics.set_backend_health("mtp-0", "mtp", True)
+    metrics.inc_backend_restart("mtp-0")
+    metrics.set_threshold("code/en", 0.5)
+    exported = {name for name, _ in _samples(metrics)}
+    assert len(dashboard["panels"]) >= 10
+    assert used and used <= exported, used - exported
