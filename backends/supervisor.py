@@ -102,17 +102,19 @@ class _Managed:
         return self.process.pid
 
     async def terminate(self, grace_s: float) -> None:
-        """SIGTERM the process group, SIGKILL it after `grace_s`, reap the leader."""
+        """SIGTERM the process group, SIGKILL it after `grace_s`, reap the leader. Idempotent."""
         process = self.process
         if process is None:
             return
-        _signal_group(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), grace_s)
-        except TimeoutError:
-            pass
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), grace_s)
+            except TimeoutError:
+                pass
         _signal_group(process.pid, signal.SIGKILL)  # also any child the leader left behind
         await process.wait()
+        self.process = None
 
 
 def _open_log(path: Path, argv: str) -> IO[bytes]:
@@ -246,12 +248,13 @@ class Supervisor:
         managed = self._managed[name]
         delay = self._backoff[0]
         while not self._stopping:
-            assert managed.process is not None
-            code = await managed.process.wait()
+            process = managed.process
+            code = await process.wait() if process is not None else None
             if self._stopping:
                 return
-            _signal_group(managed.process.pid, signal.SIGKILL)  # leftovers of the dead leader
-            self._set_health(name, False, f"exited with code {code}")
+            await managed.terminate(self._grace)  # reap, and kill what the leader left behind
+            why = f"exited with code {code}" if process is not None else "did not become ready"
+            self._set_health(name, False, why)
             self._update(name, pid=None, restarts=self._status[name].restarts + 1)
             await self._backoff_sleep(delay)
             delay = min(delay * 2, self._backoff[1])
@@ -260,8 +263,6 @@ class Supervisor:
                 delay = self._backoff[0]  # ready again: the next failure starts over
             except BackendStartError as error:
                 self._update(name, last_error=str(error).splitlines()[0])
-                if managed.process is not None and managed.process.returncode is None:
-                    await managed.terminate(self._grace)
 
     async def _health_loop(self) -> None:
         while not self._stopping:
