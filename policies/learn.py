@@ -135,7 +135,7 @@ _UNKNOWN: Final = Estimate(math.nan, math.inf, 0, math.nan)
 
 def _estimate(values: Sequence[float], prior: Estimate | None, k: float = SHRINK) -> Estimate:
     """Mean of `values` shrunk toward `prior` (worth `k` requests); its standard error counts
-    only the group's own requests plus one, so a group the prior speaks for stays uncertain."""
+    only the group's own requests plus one, and is infinite for a group never seen."""
     n = len(values)
     mean = sum(values) / n if n else math.nan
     var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else math.nan
@@ -144,7 +144,9 @@ def _estimate(values: Sequence[float], prior: Estimate | None, k: float = SHRINK
             return _UNKNOWN
         se = math.sqrt(var / n) if n > 1 else math.inf
         return Estimate(mean, se, n, math.sqrt(var) if n > 1 else math.nan)
-    shrunk = (n * mean + k * prior.mean) / (n + k) if n else prior.mean
+    if n == 0:  # the prior is only a guess for a group never seen: no certainty from it
+        return Estimate(prior.mean, math.inf, 0, prior.sd)
+    shrunk = (n * mean + k * prior.mean) / (n + k)
     spreads: list[tuple[float, float]] = [(n, var)] if n > 1 else []
     if math.isfinite(prior.sd):
         spreads.append((k, prior.sd**2))
@@ -319,10 +321,11 @@ def _belief(
     by_bin: list[list[Observation]] = [[] for _ in range(n_bins)]
     for o in group:
         by_bin[_bin_of(o.p_spec, n_bins)].append(o)
+    ceiling = _ceiling(cost, min_samples) if use_cost_model else None
     bins = []
     for index, members in enumerate(by_bin):
         priors = _Priors.of(members, pooled)
-        speedup, se = _speedup(priors, cost if use_cost_model else None)
+        speedup, se = _bounded(_speedup(priors, cost if use_cost_model else None), ceiling)
         bins.append(
             BinEstimate(
                 lo=index / n_bins,
@@ -333,7 +336,7 @@ def _belief(
                 se=se,
             )
         )
-    speedup, se = _speedup(pooled, cost if use_cost_model else None)
+    speedup, se = _bounded(_speedup(pooled, cost if use_cost_model else None), ceiling)
     plain_evidence = cost.n_plain if use_cost_model and cost is not None else n_plain
     return Belief(
         cls=cls,
@@ -348,9 +351,30 @@ def _belief(
         speedup=speedup,
         se=se,
         threshold=best_cut(bins, [b.speedup for b in bins]),
-        trusted=n_mtp >= min_samples and plain_evidence >= min_samples,
+        trusted=ceiling is not None
+        or (n_mtp >= min_samples and plain_evidence >= min_samples),
         bins=tuple(bins),
     )
+
+
+def _ceiling(cost: CostFit | None, min_samples: int) -> float | None:
+    """The best speedup any workload could get on this machine (every draft accepted), when
+    the step costs are trusted and that best is still a loss; else None. Then no class needs
+    samples of its own to be routed to plain: the machine has decided."""
+    if cost is None or min(cost.n_plain, cost.n_mtp) < min_samples:
+        return None
+    steps = (cost.t_plain_ms, cost.t_skip_ms, cost.t_verify_ms)
+    best = max(predicted_speedup(1.0, share, *steps) for share in (0.0, 1.0))
+    return best if best < 1.0 else None
+
+
+def _bounded(estimate: tuple[float, float], ceiling: float | None) -> tuple[float, float]:
+    """Cap a speedup at the machine's ceiling; under a ceiling below 1 the verdict is certain
+    (three standard errors at most from the ceiling to break-even)."""
+    speedup, se = estimate
+    if ceiling is None:
+        return speedup, se
+    return min(speedup, ceiling), min(se, (1.0 - ceiling) / 3.0)
 
 
 def _speedup(p: _Priors, cost: CostFit | None) -> tuple[float, float]:

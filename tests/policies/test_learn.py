@@ -219,3 +219,33 @@ def test_prefill_rate_is_measured_per_uncached_token() -> None:
     assert cost is not None
     assert cost.prefill_ms_per_token == {"mtp": 4.5, "plain": 4.5}
     assert math.isfinite(cost.t_verify_ms)
+
+
+@pytest.mark.parametrize(
+    ("machine", "trusted", "threshold"),
+    [(CPU_PAIR, True, NEVER), (GB10, False, None)],
+    ids=["cpu_pair", "gb10"],
+)
+def test_a_class_never_tried_on_mtp_is_decided_only_where_the_machine_forbids_it(
+    machine: Machine, trusted: bool, threshold: float | None
+) -> None:
+    # prose is only ever served plain; the other classes show what the machine does
+    obs = [
+        o for o in synthetic.observations(machine, 1000, seed=8)
+        if not (o.cls == "prose" and o.profile == "mtp")
+    ]
+    belief = learn(obs, min_samples=30).beliefs["prose/en"]
+    assert belief.n_mtp == 0
+    assert belief.trusted is trusted
+    if threshold is not None:
+        assert belief.threshold == threshold
+        assert all(b.speedup < 1 and (1 - b.speedup) / b.se >= 3 for b in belief.bins)
+    else:
+        assert math.isinf(belief.se)
+
+
+def test_one_sided_evidence_is_not_trusted_without_the_other_arm() -> None:
+    only_mtp = [o for o in synthetic.observations(GB10, 500, seed=9) if o.profile == "mtp"]
+    state = learn(only_mtp, min_samples=30)
+    assert state.cost is None
+    assert not any(b.trusted for b in state.beliefs.values())
