@@ -161,7 +161,7 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
     if report.costs is not None and (even := break_even_acceptance(report.costs)) is not None:
         ax.axhline(even, color="tab:red", linestyle="--",
                    label=f"break-even on {report.costs.name} (projection)")
-        ax.legend()
+        _legend_below(ax)
     ax.set_ylim(0, 1)
     _finish_axes(ax, keys, "accepted / drafted (measured)", "Draft acceptance by class",
                  legend=False)
@@ -190,7 +190,12 @@ def _finish_axes(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if legend:
-        ax.legend()
+        _legend_below(ax)
+
+
+def _legend_below(ax: Axes) -> None:
+    # below the axes, so it never hides a bar
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
 
 
 def _save(fig: Figure, path: Path) -> Path:
