@@ -69,6 +69,9 @@ function render(data) {
     name: "threshold",
   }], "Learned p_spec threshold (± uncertainty)", { range: [0, 1.05] });
 
+  plot("plot-threshold-time", series(data, "threshold"),
+       "Threshold the policy applied, by class", { range: [0, 1.05] });
+
   const classes = data.classes.map((c) => c.key).concat(["all"]);
   const rows = data.classes.concat([data.overall]);
   plot("plot-gain", [

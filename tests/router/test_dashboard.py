@@ -128,7 +128,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             await page.goto(f"http://127.0.0.1:{server.port}/dashboard")
             await page.wait_for_function(
-                "document.querySelectorAll('.js-plotly-plot').length === 5 && "
+                "document.querySelectorAll('.js-plotly-plot').length === 6 && "
                 "[...document.querySelectorAll('.js-plotly-plot')]"
                 ".every(p => p.querySelector('g.trace'))",
                 timeout=30_000,
@@ -143,7 +143,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
     finally:
         shutil.rmtree(profile_dir, ignore_errors=True)
     assert errors == []
-    assert all(n >= 1 for n in traces) and len(traces) == 5
+    assert all(n >= 1 for n in traces) and len(traces) == 6
     assert recent_rows == 16  # header + the 15 requests
     assert "15 recent requests" in status_text
     assert ARTIFACT.stat().st_size > 20_000
