@@ -9,13 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from router.config import LogConfig
 from router.logfile import LogFileError
 from router.projection import PRESETS, ProjectionError
 from router.report import GROUPINGS, render_markdown, run_report
 from router.tail import Tail, options_from_args
 
 Formatter = argparse.ArgumentDefaultsHelpFormatter
-DEFAULT_LOG = "logs/decisions.jsonl"  # the config's default `log.path`
+DEFAULT_LOG = str(LogConfig.model_fields["path"].default)  # the config's default `log.path`
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
