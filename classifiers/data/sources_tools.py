@@ -1,0 +1,188 @@
+"""Function-calling sources: BFCL (real tool schemas and user queries) and glaive (Chinese).
+
+BFCL function docs are not JSON Schema: types are mapped (dict->object, float->number,
+tuple->array, any->string) and dots in names sanitised before they become OpenAI `tools`.
+Rows whose turn asks for something a tool does are `agent`; BFCL's irrelevance rows are
+labelled by what they ask for (chit-chat or questions with tools attached). BFCL's own answers
+become the assistant `tool_calls` of derived mid-loop turns (`derived.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from classifiers.data.fetch import list_members, read_member
+from classifiers.data.labels import label_text
+from classifiers.data.rows import Row, chat, lang_of
+
+_TYPE_MAP: Final = {"dict": "object", "float": "number", "tuple": "array", "any": "string",
+                    "list": "array", "int": "integer", "bool": "boolean", "str": "string"}
+_MULTI_TURN_DOCS: Final = {
+    "GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api",
+    "MessageAPI": "message_api", "TwitterAPI": "posting_api", "TicketAPI": "ticket_api",
+    "TradingBot": "trading_bot", "TravelAPI": "travel_booking",
+    "VehicleControlAPI": "vehicle_control",
+}
+# Sets whose rows ask for a tool call; irrelevance sets are labelled by their text.
+_AGENT_SETS: Final = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
+                      "live_relevance", "simple_python", "simple_java", "simple_javascript",
+                      "multiple", "parallel", "parallel_multiple")
+_IRRELEVANCE_SETS: Final = ("irrelevance", "live_irrelevance")
+_MULTI_TURN_SETS: Final = ("multi_turn_base", "multi_turn_long_context",
+                           "multi_turn_miss_func", "multi_turn_miss_param")
+
+ToolCall = tuple[str, dict[str, Any]]
+
+
+def schema(node: Any) -> Any:
+    """A BFCL parameter schema as JSON Schema."""
+    if isinstance(node, dict):
+        out = {k: schema(v) for k, v in node.items()}
+        if isinstance(out.get("type"), str):
+            out["type"] = _TYPE_MAP.get(out["type"], out["type"])
+        return out
+    if isinstance(node, list):
+        return [schema(v) for v in node]
+    return node
+
+
+def tool_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+
+
+def openai_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "function",
+             "function": {"name": tool_name(f["name"]), "description": f.get("description", ""),
+                          "parameters": schema(f.get("parameters") or {"type": "object",
+                                                                        "properties": {}})}}
+            for f in functions]
+
+
+def _jsonl(path: Path, member: str) -> list[dict[str, Any]]:
+    items = []
+    for line in read_member(path, member).decode().splitlines():
+        try:
+            items.append(json.loads(line))
+        except ValueError:
+            continue  # a few doc files hold pretty-printed JSON: not rows we use
+    return items
+
+
+def bfcl(path: Path) -> tuple[list[Row], dict[str, list[list[ToolCall]]]]:
+    """BFCL rows, and per row id the ground-truth calls of each turn (for derived turns)."""
+    rows: list[Row] = []
+    answers: dict[str, list[list[ToolCall]]] = {}
+    docs = _multi_turn_docs(path)
+    for name in _AGENT_SETS + _IRRELEVANCE_SETS + _MULTI_TURN_SETS:
+        answer_file = f"bfcl_eval/data/possible_answer/BFCL_v4_{name}.json"
+        has_answers = answer_file in set(list_members(path))
+        truth = {a["id"]: a["ground_truth"] for a in _jsonl(path, answer_file)} if has_answers \
+            else {}
+        for item in _jsonl(path, f"bfcl_eval/data/BFCL_v4_{name}.json"):
+            row = _bfcl_row(name, item, docs)
+            if row is None:
+                continue
+            rows.append(row)
+            if item["id"] in truth:
+                answers[row.id] = _calls(truth[item["id"]], multi=name in _MULTI_TURN_SETS)
+    return rows, answers
+
+
+def _bfcl_row(name: str, item: dict[str, Any], docs: dict[str, list[dict[str, Any]]]
+              ) -> Row | None:
+    if name in _MULTI_TURN_SETS:
+        classes = item.get("involved_classes") or []
+        if any(c not in _MULTI_TURN_DOCS for c in classes):
+            return None
+        functions = [f for c in classes for f in docs[_MULTI_TURN_DOCS[c]]]
+    else:
+        functions = item.get("function") or []
+    turns = item.get("question") or []
+    if not turns or not turns[0]:
+        return None
+    messages = [{"role": m["role"], "content": m["content"]} for m in turns[0]]
+    text = messages[-1]["content"]
+    label = label_text(text, "technical") if name in _IRRELEVANCE_SETS else "agent"
+    body = chat(messages, tools=openai_tools(functions)) if functions else chat(messages)
+    if not functions and label == "agent":
+        return None
+    return Row(id=f"bfcl/{item['id']}", source="bfcl-eval", family=f"bfcl/{name}",
+               provenance="real", label=label, lang=lang_of(text), request=body)
+
+
+def _multi_turn_docs(path: Path) -> dict[str, list[dict[str, Any]]]:
+    prefix = "bfcl_eval/data/multi_turn_func_doc/"
+    return {stem: _jsonl(path, f"{prefix}{stem}.json") for stem in _MULTI_TURN_DOCS.values()}
+
+
+def _calls(truth: Any, *, multi: bool) -> list[list[ToolCall]]:
+    """Ground truth as a list of turns of (name, arguments); unparseable calls are dropped."""
+    if multi:
+        return [[c for c in (_parse_call(s) for s in turn) if c is not None] for turn in truth]
+    turn: list[ToolCall] = []
+    for call in truth:
+        for fname, args in call.items():
+            turn.append((tool_name(fname), {k: (v[0] if isinstance(v, list) and v else v)
+                                            for k, v in args.items()}))
+    return [turn]
+
+
+def _parse_call(source: str) -> ToolCall | None:
+    try:
+        node = ast.parse(source, mode="eval").body
+        if not isinstance(node, ast.Call):
+            return None
+        name = ast.unparse(node.func)
+        return tool_name(name), {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+    except (SyntaxError, ValueError):
+        return None
+
+
+def glaive_zh(path: Path) -> list[Row]:
+    """Chinese tool-use conversations: a row at each human turn and after each observation."""
+    member = "llamafactory-0.9.5/data/glaive_toolcall_zh_demo.json"
+    rows = []
+    for c, convo in enumerate(json.loads(read_member(path, member))):
+        tools = [{"type": "function", "function": {**f, "name": tool_name(f["name"])}}
+                 for f in json.loads(convo.get("tools") or "[]")]
+        messages: list[dict[str, Any]] = []
+        turns = convo["conversations"]
+        for t, turn in enumerate(turns):
+            role, value = turn["from"], turn["value"]
+            nxt = turns[t + 1]["from"] if t + 1 < len(turns) else ""
+            if role == "human":
+                messages.append({"role": "user", "content": value})
+                label = "agent" if nxt == "function_call" else label_text(value, "chat")
+                rows.append(_glaive_row(c, t, label, messages, tools, value))
+            elif role == "function_call":
+                call = json.loads(value)
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"call_{c}_{t}", "type": "function",
+                     "function": {"name": tool_name(call["name"]),
+                                  "arguments": json.dumps(call.get("arguments", {}),
+                                                          ensure_ascii=False)}}]})
+            elif role == "observation":
+                messages.append({"role": "tool", "tool_call_id": f"call_{c}_{t - 1}",
+                                 "content": value})
+                rows.append(_glaive_row(c, t, "agent", messages, tools, _last_user(messages)))
+            else:
+                messages.append({"role": "assistant", "content": value})
+    return rows
+
+
+def _glaive_row(c: int, t: int, label: str, messages: list[dict[str, Any]],
+                tools: list[dict[str, Any]], text: str) -> Row:
+    body = chat([dict(m) for m in messages], tools=tools) if tools else chat(list(messages))
+    return Row(id=f"glaive_zh/{c}/{t}", source="llamafactory", family=f"glaive_zh/b{c % 5}",
+               provenance="real", label=label, lang=lang_of(text), request=body)
+
+
+def _last_user(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message["role"] == "user":
+            return str(message["content"])
+    return ""

@@ -1,0 +1,103 @@
+"""Hashed character n-grams of a request's bounded text, vectorised with numpy.
+
+Pure: no I/O, no globals. The same function feeds training (as sparse rows) and serving (as
+indices into the weight matrix), so the two cannot drift apart. Character n-grams read English,
+Chinese and code alike without a tokenizer; hashing keeps the vocabulary a fixed size.
+
+Only bounded text is read: the head and tail of the last user turn, the end of the context, the
+start of the system prompt and the tool names; never the whole body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from classifiers.request_view import RequestView
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float32]
+
+_FNV_PRIME = np.uint32(0x01000193)
+
+
+@dataclass(frozen=True, slots=True)
+class HashSettings:
+    """How text becomes bucket indices; stored in the artifact, checked on load."""
+
+    dim: int = 1 << 17
+    orders: tuple[int, ...] = (1, 2, 3, 4)
+    user_head: int = 1200
+    user_tail: int = 300
+    context_tail: int = 400
+    system_head: int = 300
+    tools_head: int = 200
+
+    def as_dict(self) -> dict[str, object]:
+        return {"dim": self.dim, "orders": list(self.orders), "user_head": self.user_head,
+                "user_tail": self.user_tail, "context_tail": self.context_tail,
+                "system_head": self.system_head, "tools_head": self.tools_head}
+
+    @staticmethod
+    def from_dict(data: dict[str, object]) -> HashSettings:
+        orders = data.get("orders", [1, 2, 3, 4])
+        return HashSettings(
+            dim=int(str(data["dim"])),
+            orders=tuple(int(o) for o in orders) if isinstance(orders, list) else (1, 2, 3, 4),
+            user_head=int(str(data["user_head"])), user_tail=int(str(data["user_tail"])),
+            context_tail=int(str(data["context_tail"])),
+            system_head=int(str(data["system_head"])), tools_head=int(str(data["tools_head"])),
+        )
+
+
+def fields(view: RequestView, settings: HashSettings) -> tuple[str, str, str, str]:
+    """The bounded texts that are hashed: user turn, context, system prompt, tool names."""
+    text = view.last_user_text
+    if len(text) > settings.user_head + settings.user_tail:
+        text = text[: settings.user_head] + "\n" + text[-settings.user_tail:]
+    tools = " ".join(_tool_name(t) for t in view.tools[:16])[: settings.tools_head]
+    return (text, view.context_tail[-settings.context_tail:],
+            view.system_text[: settings.system_head], tools)
+
+
+def hashed(view: RequestView, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+    """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field))."""
+    indices: list[IntArray] = []
+    weights: list[FloatArray] = []
+    for seed, text in enumerate(fields(view, settings), start=1):
+        idx = field_indices(text, seed, settings)
+        if idx.size:
+            indices.append(idx)
+            weights.append(np.full(idx.size, 1.0 / np.sqrt(idx.size), dtype=np.float32))
+    if not indices:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    return np.concatenate(indices), np.concatenate(weights)
+
+
+def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:
+    """Indices of the character n-grams of one field (lower-cased, whitespace squeezed)."""
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    codes = np.frombuffer(" ".join(text.lower().split()).encode("utf-32-le"), dtype=np.uint32)
+    out = []
+    for order in settings.orders:
+        if codes.size < order:
+            continue
+        span = codes.size - order + 1
+        h = np.full(span, np.uint32(2166136261 + 97 * seed + order), dtype=np.uint32)
+        for k in range(order):
+            h = (h ^ codes[k: k + span]) * _FNV_PRIME
+        out.append(h)
+    if not out:
+        return np.zeros(0, dtype=np.int64)
+    return (np.concatenate(out) % np.uint32(settings.dim)).astype(np.int64)
+
+
+def _tool_name(tool: object) -> str:
+    if not isinstance(tool, dict):
+        return ""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool.get("name")
+    return name if isinstance(name, str) else ""
