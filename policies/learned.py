@@ -93,14 +93,11 @@ class LearnedState:
     version: int = LEARNED_VERSION
 
     def belief(self, cls: str, lang: str) -> Belief | None:
-        """The trusted belief for the class in this language, else pooled over languages,
-        else whatever untrusted belief there is (for exploration), else None."""
+        """The belief about the class in this language; for a language never seen, the class
+        pooled over languages (a pooled belief never overrules a language's own evidence,
+        however thin: languages of one class can behave very differently)."""
         exact = self.beliefs.get(f"{cls}/{lang}")
-        pooled = self.beliefs.get(f"{cls}/{ANY_LANG}")
-        for candidate in (exact, pooled):
-            if candidate is not None and candidate.trusted:
-                return candidate
-        return exact or pooled
+        return exact if exact is not None else self.beliefs.get(f"{cls}/{ANY_LANG}")
 
     def thresholds(self) -> dict[str, float]:
         """Trusted thresholds by "class/lang", the shape `decide(thresholds=...)` reads."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -249,3 +250,14 @@ def test_one_sided_evidence_is_not_trusted_without_the_other_arm() -> None:
     state = learn(only_mtp, min_samples=30)
     assert state.cost is None
     assert not any(b.trusted for b in state.beliefs.values())
+
+
+def test_a_language_keeps_its_own_thin_evidence_and_borrows_only_when_unseen() -> None:
+    obs = list(synthetic.observations(GB10, 1000, seed=12))
+    thin_zh = [replace(o, lang="zh") for o in obs if o.cls == "agent"][:10]
+    state = learn(obs + thin_zh, min_samples=30)
+    zh = state.belief("agent", "zh")
+    assert zh is not None and zh.key == "agent/zh" and not zh.trusted
+    unseen = state.belief("agent", "fr")
+    assert unseen is not None and unseen.key == "agent/*" and unseen.trusted
+    assert state.belief("poetry", "en") is None
