@@ -1,77 +1,83 @@
 """`create_app(config, deps=...)`: the aiohttp application, its state and its background work.
 
-State lives in typed `web.AppKey`s; the HTTP client session and background tasks live in
-`cleanup_ctx`. Nothing here is a module-level singleton: two apps in one process (as in tests)
-share nothing.
+State lives in typed `web.AppKey`s; the HTTP client session, the decision log and background
+tasks live in `cleanup_ctx`. Nothing here is a module-level singleton: two apps in one process
+(as in tests) share nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import structlog
 from aiohttp import web
 
 from classifiers.features import TokenCounter
-from policies.schema import Policy
-from policies.yamlfile import load_model
+from policies.sessions import SessionTable
+from policies.store import PolicyStore
 from router import handlers
 from router.config import Config
+from router.dashboard import RecentRecords, add_dashboard_routes
 from router.errors import openai_errors
+from router.logfile import DecisionLog
+from router.metrics import Metrics
 from router.pool import BackendPool
-from router.records import RouteRecord, to_json
+from router.records import RouteRecord
 from router.scoring import ScorerHolder
 from router.state import (
-    CONFIG,
-    DEPS,
-    POLICY,
-    POOL,
-    SCORER,
-    SESSION,
-    SINKS,
-    TOKENS,
-    Deps,
-    PolicyHolder,
+    CONFIG, DEPS, METRICS, POLICY, POOL, RECENT, SCORER, SESSION, SESSIONS, SINKS, TOKENS, Deps,
 )
 
 log = structlog.get_logger("specroute")
 
 
-class FileSink:
-    """Appends one JSON line per record to the decision log."""
+class CallSink:
+    """A record sink from a function (metrics, the dashboard's ring)."""
 
-    def __init__(self, path: str) -> None:
-        import os
-
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8", buffering=1)
+    def __init__(self, function: Callable[[RouteRecord], None]) -> None:
+        self._function = function
 
     def write_record(self, record: RouteRecord) -> None:
-        self._file.write(to_json(record) + "\n")
-
-    def close(self) -> None:
-        self._file.close()
+        self._function(record)
 
 
 def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     deps = deps or Deps()
     max_body = int(config.limits.max_body_mb * 2**20)
     app = web.Application(middlewares=[openai_errors], client_max_size=max_body)
+    store = PolicyStore(config.policy, now=deps.clock())
+    stickiness = store.policy.stickiness
     app[CONFIG] = config
     app[DEPS] = deps
     app[POOL] = BackendPool(config.backends)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
-    app[POLICY] = PolicyHolder(config.policy, load_model(config.policy, Policy))
+    app[POLICY] = store
+    app[SESSIONS] = SessionTable(stickiness.max_conversations, stickiness.ttl_s)
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
-    app[SINKS] = list(deps.sinks)
+    app[METRICS] = Metrics()
+    app[RECENT] = RecentRecords()
+    app[SINKS] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add), *deps.sinks]
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(_decision_log)
     app.cleanup_ctx.append(_reloader)
     handlers.add_routes(app)
+    add_dashboard_routes(app, records_source=app[RECENT].snapshot, status_source=lambda: _status(app))
     return app
+
+
+def _status(app: web.Application) -> dict[str, Any]:
+    """What the dashboard shows besides the records: backend health and learned thresholds."""
+    backends = app[POOL].describe(app[DEPS].clock())
+    learned = app[POLICY].learned
+    thresholds = {
+        key: {"value": b.threshold, "uncertainty": b.se, "trusted": b.trusted}
+        for key, b in learned.beliefs.items()
+    }
+    return {"backends": backends, "thresholds": thresholds}
 
 
 def _load_tokens(config: Config) -> TokenCounter | None:
@@ -95,12 +101,10 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _decision_log(app: web.Application) -> AsyncIterator[None]:
-    sink = FileSink(app[CONFIG].log.path)
-    app[SINKS].insert(0, sink)
-    try:
+    settings = app[CONFIG].log
+    with DecisionLog(settings.path, rotate_mb=settings.rotate_mb, keep=settings.keep) as sink:
+        app[SINKS].insert(0, sink)
         yield
-    finally:
-        sink.close()
 
 
 async def _reloader(app: web.Application) -> AsyncIterator[None]:
@@ -112,7 +116,26 @@ async def _reloader(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _reload_loop(app: web.Application) -> None:
-    interval = app[DEPS].reload_interval_s
+    """Hot reload: the policy and learned state, the classifier artifact; expire sessions."""
+    deps = app[DEPS]
     while True:
-        await asyncio.sleep(interval)
-        app[SCORER].reload_if_changed()
+        await asyncio.sleep(deps.reload_interval_s)
+        reload_once(app)
+
+
+def reload_once(app: web.Application) -> None:
+    now = app[DEPS].clock()
+    store, metrics = app[POLICY], app[METRICS]
+    failed_before = sum(store.counters.failed.values())
+    if store.reload_if_changed(now):
+        metrics.policy_reload(ok=True)
+        stickiness = store.policy.stickiness
+        app[SESSIONS].resize(stickiness.max_conversations, stickiness.ttl_s)
+        for key, threshold in store.learned.thresholds().items():
+            metrics.set_threshold(key, threshold)
+    if sum(store.counters.failed.values()) > failed_before:
+        metrics.policy_reload(ok=False)
+    app[SCORER].reload_if_changed()
+    app[SESSIONS].expire(now)
+    for backend in app[POOL].describe(now):
+        metrics.set_backend_health(str(backend["name"]), str(backend["profile"]), bool(backend["healthy"]))

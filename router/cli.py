@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 from router.config import Config, ConfigError, load_config
 
@@ -56,9 +60,17 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.set_defaults(func=_demo)
 
 
-def _registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    """The `register` functions of the other packages' command modules."""
-    return []
+def _registrars() -> list[Callable[["Subparsers"], None]]:
+    """The `register` functions of the other packages' command modules, with the log readers
+    they need injected (the decision-log schema lives in `router`)."""
+    from policies import commands as policy_commands
+    from router import ops_commands
+    from router.logreaders import read_observations
+
+    return [
+        lambda sub: policy_commands.register(sub, read_observations=read_observations),
+        ops_commands.register,
+    ]
 
 
 def _serve(args: argparse.Namespace) -> int:

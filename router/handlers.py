@@ -34,6 +34,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
 
 
@@ -46,19 +47,23 @@ def _routed_handler(endpoint: str) -> Any:
 
 async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     app = request.app
-    deps, pool = app[state.DEPS], app[state.POOL]
+    deps, pool, sessions = app[state.DEPS], app[state.POOL], app[state.SESSIONS]
     started = deps.clock()
     raw = await request.read()
+    snapshot = app[state.POLICY].snapshot
     plan = plan_request(
         endpoint,
         raw,
         request_id=deps.new_request_id(),
         header_route=request.headers.get("x-specroute-route"),
         conversation_hint=request.headers.get("x-specroute-conversation"),
-        policy=app[state.POLICY],
+        policy=snapshot.policy,
+        learned=snapshot.learned,
         scorer=app[state.SCORER].current,
         count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
         backends=pool.states(started),
+        draw=deps.random() if deps.explore else None,
+        held_for=lambda key: sessions.get(key, started),
     )
     body, strip_usage = upstream_body(plan, raw)
     config = app[state.CONFIG]
@@ -106,6 +111,11 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
         pool.mark_failed(name, now, result.error or "failed")
     if result.backend and not result.error:
         pool.mark_served(result.backend)
+        if 200 <= result.status < 300 and not result.client_disconnected:
+            app[state.SESSIONS].remember(
+                plan.conversation, result.backend, result.profile,
+                result.meter.report.prompt_tokens or plan.features.prompt_tokens, now,
+            )
     record = record_for(
         plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,
@@ -167,6 +177,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     )
     for name in result.failover_from:
         pool.mark_failed(name, deps.clock(), result.error)
+    return response
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus exposition of this app's registry."""
+    body, content_type = request.app[state.METRICS].render()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
     return response
 
 

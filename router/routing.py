@@ -6,8 +6,8 @@ No I/O and no clock: times and the scorer come in as arguments. The handler call
 
 from __future__ import annotations
 
-import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -17,10 +17,12 @@ from classifiers.features import Features, TokenCounter, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
+from policies.learned import LearnedState
+from policies.schema import Policy
+from policies.sessions import Held, conversation_key
 from router.errors import RequestError
 from router.records import Outcome, RouteRecord
 from router.scoring import Scorer, score_safely
-from router.state import PolicyHolder
 
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
 CONTENT_CAP: Final = 4_000  # characters of prompt text kept when content logging is on
@@ -48,12 +50,19 @@ def plan_request(
     request_id: str,
     header_route: str | None,
     conversation_hint: str | None,
-    policy: PolicyHolder,
+    policy: Policy,
+    learned: LearnedState,
     scorer: Scorer,
     count_tokens: TokenCounter | None,
     backends: list[BackendState],
+    draw: float | None,
+    held_for: Callable[[str], Held | None],
 ) -> RoutedRequest:
-    """Parse, classify and decide; raises `RequestError` (4xx) on bad input."""
+    """Parse, classify and decide; raises `RequestError` (4xx) on bad input.
+
+    `draw` is a uniform random number for exploration (None: never explore); `held_for(key)`
+    says where a conversation's prefix lives, for stickiness.
+    """
     body = _parse_json(raw)
     try:
         view = view_request(endpoint, body)
@@ -68,12 +77,16 @@ def plan_request(
     features = extract(view, count_tokens)
     scored = score_safely(scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
-    decision = decide(policy.policy, features, scored.scores, backends, context, policy.thresholds)
+    conversation = conversation_key(view, conversation_hint)
+    decision = decide(
+        policy, features, scored.scores, backends, context, learned.thresholds(),
+        learned=learned, draw=draw, held=held_for(conversation),
+    )
     return RoutedRequest(
         request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
         scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
         decision=decision, order=tuple(failover_order(decision, backends)),
-        conversation=conversation_key(view, conversation_hint),
+        conversation=conversation,
     )
 
 
@@ -94,12 +107,6 @@ def upstream_body(plan: RoutedRequest, raw: bytes) -> tuple[bytes, bool]:
         return raw, False
     tweaked = dict(body, stream_options={**(options or {}), "include_usage": True})
     return json.dumps(tweaked, ensure_ascii=False).encode(), True
-
-
-def conversation_key(view: RequestView, hint: str | None) -> str:
-    """A stable key for a conversation: the header, the `user` field, or its opening turns."""
-    source = hint or (f"user:{view.user}" if view.user else f"{view.system_text}\x00{view.first_user_text}")
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def record_for(

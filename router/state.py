@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -13,8 +14,11 @@ import aiohttp
 from aiohttp import web
 
 from classifiers.features import TokenCounter
-from policies.schema import Policy
+from policies.sessions import SessionTable
+from policies.store import PolicyStore
 from router.config import Config
+from router.dashboard import RecentRecords
+from router.metrics import Metrics
 from router.pool import BackendPool
 from router.records import RouteRecord
 from router.scoring import Scorer, ScorerHolder
@@ -28,29 +32,25 @@ class RecordSink(Protocol):
 class Deps:
     """What the app takes from outside; tests inject their own."""
 
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     new_request_id: Callable[[], str] = lambda: "req_" + uuid.uuid4().hex[:20]
+    random: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     count_tokens: TokenCounter | None = None  # None: loaded at start when config.tokenizer
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
-
-
-@dataclass
-class PolicyHolder:
-    """The policy in force; reloaded when its file changes, keeping the last good one."""
-
-    path: str
-    policy: Policy
-    thresholds: dict[str, float] = field(default_factory=dict)
+    explore: bool = True  # False: never route against the current belief (benchmarks, tests)
 
 
 CONFIG = web.AppKey("config", Config)
 DEPS = web.AppKey("deps", Deps)
 POOL = web.AppKey("pool", BackendPool)
 SCORER = web.AppKey("scorer", ScorerHolder)
-POLICY = web.AppKey("policy", PolicyHolder)
+POLICY = web.AppKey("policy", PolicyStore)
+SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 TOKENS = web.AppKey("count_tokens", object)
 SINKS = web.AppKey("sinks", list[RecordSink])
+METRICS = web.AppKey("metrics", Metrics)
+RECENT = web.AppKey("recent", RecentRecords)

@@ -1,0 +1,30 @@
+"""Decision-log readers injected into the other packages' commands.
+
+The log schema lives in `router.records`; `policies` and `classifiers` must not import `router`,
+so their commands receive these functions. Every reader goes through the rotated set oldest
+first and reports what it skipped (unknown schema versions, torn or foreign lines) on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from policies.learn import Observation, observation_from_log
+from router.logfile import iter_log_records
+from router.records import ReadStats, RouteRecord
+
+
+def read_records(paths: list[str]) -> Iterator[RouteRecord]:
+    stats = ReadStats()
+    yield from iter_log_records(paths, stats)
+    print(f"read {', '.join(paths)}: {stats.summary()}", file=sys.stderr)
+
+
+def read_observations(paths: list[str]) -> Iterator[Observation]:
+    """What the learner needs from each record (records that taught nothing are dropped)."""
+    for record in read_records(paths):
+        observation = observation_from_log(asdict(record))
+        if observation is not None:
+            yield observation
