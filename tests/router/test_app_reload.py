@@ -1,0 +1,93 @@
+"""The running app: /metrics, and hot reload of the policy (a bad file never replaces a good one)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import aiohttp
+
+from router.app import reload_once
+from router.config import DEFAULT_POLICY
+from tests.router.conftest import ServerFactory, start_stack
+from tests.router.test_proxy_openai import GREEDY_TECH
+
+_calls = 0
+
+
+async def _route(base_url: str) -> str:
+    """The profile a fresh conversation is routed to (a new key each call: no stickiness)."""
+    global _calls
+    _calls += 1
+    headers = {"x-specroute-conversation": f"conv-{_calls}"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{base_url}/chat/completions", json=GREEDY_TECH, headers=headers
+        ) as response:
+            assert response.status == 200
+            return response.headers["x-specroute-profile"]
+
+
+async def _metrics(port: int) -> str:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+            assert response.status == 200
+            assert response.content_type == "text/plain"
+            return await response.text()
+
+
+async def test_policy_edits_are_hot_reloaded_and_bad_ones_rejected(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    shutil.copy(DEFAULT_POLICY, policy)
+    text = policy.read_text()
+    policy.write_text(text + "\n")  # the default routes technical to mtp (auto, rules p_spec)
+    stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy))
+    app = stack.proxy.app
+    assert await _route(stack.base_url) == "mtp"
+
+    pinned = text.replace("technical: auto", "technical: plain")
+    assert pinned != text
+    policy.write_text(pinned)
+    reload_once(app)
+    assert await _route(stack.base_url) == "plain"
+
+    policy.write_text(pinned.replace("technical: plain", "technical: turbo"))
+    reload_once(app)
+    assert await _route(stack.base_url) == "plain"  # the last good policy stays in force
+    metrics = await _metrics(stack.proxy.port)
+    assert 'specroute_policy_reloads_total{result="failed"} 1.0' in metrics
+    assert 'specroute_policy_reloads_total{result="ok"} 1.0' in metrics
+
+
+async def test_metrics_count_requests(aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    stack = await start_stack(aiohttp_server, tmp_path)
+    await _route(stack.base_url)
+    await _route(stack.base_url)
+    metrics = await _metrics(stack.proxy.port)
+    lines = [l for l in metrics.splitlines() if l.startswith("specroute_requests_total{")]
+    assert lines and sum(float(l.rsplit(" ", 1)[1]) for l in lines) == 2.0
+
+
+async def test_a_conversation_stays_where_its_prefix_is(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    text = Path(DEFAULT_POLICY).read_text()
+    policy.write_text(text)
+    stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy))
+    headers = {"x-specroute-conversation": "one-conversation"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH,
+                                headers=headers) as response:
+            assert response.headers["x-specroute-backend"] == "mtp-0"
+        policy.write_text(text.replace("technical: auto", "technical: plain"))
+        reload_once(stack.proxy.app)
+        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH,
+                                headers=headers) as response:
+            # re-prefilling on the other instance costs more than it could gain on a short reply
+            assert response.headers["x-specroute-backend"] == "mtp-0"
+            assert response.headers["x-specroute-reason"] == "sticky"
+    first, second = stack.sink.records[-2:]
+    assert first.conversation == second.conversation
