@@ -80,12 +80,14 @@ def describe_state(state: LearnedState, policy: Policy, path: str) -> list[str]:
 
 def _describe_cost(cost: CostFit) -> list[str]:
     prefill = ", ".join(f"{p} {ms:.2f}" for p, ms in sorted(cost.prefill_ms_per_token.items()))
+    cached = ", ".join(f"{p} {share:.0%}" for p, share in sorted(cost.cached_share.items()))
     return [
         f"  step costs: plain {cost.t_plain_ms:.1f} ms, gate-skipped cycle {cost.t_skip_ms:.1f}"
         f" ms, verified cycle {cost.t_verify_ms:.1f} ms (fit error {cost.fit_error:.1%};"
         f" {cost.n_plain} plain, {cost.n_mtp} mtp requests)",
         f"  prefill ms per uncached prompt token: {prefill or '(not measured)'}; mean reply"
         f" {cost.mean_completion_tokens:.0f} tokens",
+        f"  prompt tokens served from the KV cache (stickiness at work): {cached or '-'}",
     ]
 
 

@@ -194,6 +194,7 @@ def fit_costs(observations: Sequence[Observation]) -> CostFit | None:
         fit_error=error / len(spec),
         prefill_ms_per_token=_prefill_rates(observations),
         mean_completion_tokens=sum(o.completion_tokens for o in observations) / len(observations),
+        cached_share=_cached_shares(observations),
     )
 
 
@@ -242,6 +243,16 @@ def _prefill_rates(observations: Sequence[Observation]) -> dict[str, float]:
         if tokens:
             rates[profile] = sum(ms for ms, _ in pairs) / tokens
     return rates
+
+
+def _cached_shares(observations: Sequence[Observation]) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    for profile in ("mtp", "plain"):
+        served = [o for o in observations if o.profile == profile and o.prompt_tokens > 0]
+        prompt = sum(o.prompt_tokens for o in served)
+        if prompt:
+            shares[profile] = sum(min(o.cached_tokens, o.prompt_tokens) for o in served) / prompt
+    return shares
 
 
 # --- beliefs ---------------------------------------------------------------------------------

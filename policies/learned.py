@@ -32,6 +32,8 @@ class CostFit:
     fit_error: float  # mean relative error of the fitted mtp decode time per request
     prefill_ms_per_token: Mapping[str, float] = field(default_factory=dict)  # profile -> ms
     mean_completion_tokens: float = 0.0
+    # share of prompt tokens served from the KV cache, per profile: stickiness at work
+    cached_share: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

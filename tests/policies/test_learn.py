@@ -219,6 +219,7 @@ def test_prefill_rate_is_measured_per_uncached_token() -> None:
     cost = fit_costs(obs)
     assert cost is not None
     assert cost.prefill_ms_per_token == {"mtp": 4.5, "plain": 4.5}
+    assert cost.cached_share == {"mtp": pytest.approx(1 / 3), "plain": pytest.approx(1 / 3)}
     assert math.isfinite(cost.t_verify_ms)
 
 
