@@ -56,7 +56,7 @@ async def capability_probe(
     models = {spec.name: ids for spec, (ids, _) in zip(specs, listed)}
     warnings = [why for _, why in listed if why]
     errors = _model_mismatch(specs, models)
-    common = _common_model(models)
+    common = common_model(models)
     drafted: dict[str, int | None] = {}
     if not errors and common:
         reports = await asyncio.gather(*(
@@ -103,7 +103,7 @@ def _model_mismatch(specs: Sequence[BackendSpec], models: Mapping[str, tuple[str
     return errors
 
 
-def _common_model(models: Mapping[str, tuple[str, ...]]) -> str:
+def common_model(models: Mapping[str, tuple[str, ...]]) -> str:
     sets = [set(ids) for ids in models.values() if ids]
     shared = set.intersection(*sets) if sets else set()
     return min(shared) if shared else ""

@@ -1,0 +1,64 @@
+"""The real SmolLM2 llama.cpp pair, launched through the supervisor for each test.
+
+Skipped (with the reason) only when the cached build is absent and SPECROUTE_REQUIRE_LOCAL is
+unset; `make test` builds the cache first, so in CI these tests always run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from backends.localpair import find_pair, local_pair_specs
+from backends.spec import BackendSpec
+from backends.supervisor import Supervisor
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def require_smollm2() -> None:
+    if find_pair("smollm2") is not None:
+        return
+    reason = ("the local SmolLM2 pair is not cached: run `make local-backend` "
+              "(python -m backends.localpair ensure smollm2)")
+    if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
+        pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
+    pytest.skip(reason)
+
+
+@dataclass
+class Pair:
+    plain: BackendSpec
+    mtp: BackendSpec
+    supervisor: Supervisor
+    session: aiohttp.ClientSession
+    changes: list[tuple[str, bool, str]]
+    model: str
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
+    require_smollm2()
+    plain, mtp = local_pair_specs("smollm2", plain_port=free_port(), mtp_port=free_port(),
+                                  ctx=2048)
+    changes: list[tuple[str, bool, str]] = []
+    async with aiohttp.ClientSession() as session:
+        supervisor = Supervisor([plain, mtp], tmp_path / "logs", session=session,
+                                health_interval_s=0.2, backoff_initial_s=0.2,
+                                on_change=lambda *change: changes.append(change))
+        await supervisor.start()
+        try:
+            assert plain.launch is not None
+            yield Pair(plain, mtp, supervisor, session, changes, Path(plain.launch.model).stem)
+        finally:
+            await supervisor.stop()
