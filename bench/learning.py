@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,11 @@ async def measure_pool(
     deadline = time.monotonic() + max_seconds
     out = []
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # a fresh connection per request: llama-server closes idle keep-alive connections
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        for profile in urls:  # warm-up: page the weights in before anything is timed
+            await stream_once(session, urls[profile], {**requests[0].body, "max_tokens": 8})
         for i, request in enumerate(requests):
             if time.monotonic() > deadline:
                 print(f"  measuring stopped at the time limit after {i} requests", file=sys.stderr)
@@ -121,7 +126,7 @@ async def measure_pool(
             view = view_request("chat", request.body)
             features = extract(view)
             out.append(Measured(request, features, rules.score(view, features), arms))
-            if (i + 1) % 100 == 0:
+            if (i + 1) % (100 if len(requests) > 200 else 10) == 0:
                 print(f"  measured {i + 1}/{len(requests)}", file=sys.stderr)
     return out
 
@@ -256,17 +261,17 @@ def bench_policy(rate: float, min_samples: int) -> Policy:
 GB10_SPEEDUP = {"agent": 1.094, "code": 1.065, "technical": 1.044, "prose": 0.964, "chat": 0.963}
 
 
-async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Measured]:
-    """Two simulated engines with the GB10 cost model; nothing sleeps (time_scale 0): decode
-    time is the cost model's, as the engine reports it in its timings."""
+@contextlib.asynccontextmanager
+async def gb10_sims(speedups: dict[str, float]) -> AsyncIterator[dict[str, str]]:
+    """Two simulated engines (mtp, plain) with the GB10 cost model and per-class acceptance
+    giving `speedups`; nothing sleeps (time_scale 0): decode time is the cost model's, as the
+    engine reports it in its timings. Yields profile -> base URL."""
     cost = CostModel(t_plain_ms=68.0, t_verify_ms=108.0, t_draft_ms=4.0, gate_skip=0.44)
     steps = (
         cost.t_plain_ms, cost.t_plain_ms + cost.t_draft_ms, cost.t_verify_ms + cost.t_draft_ms
     )
     share = 1 - cost.gate_skip
-    acceptance = {
-        cls: acceptance_for_speedup(s, share, *steps) for cls, s in GB10_SPEEDUP.items()
-    }
+    acceptance = {cls: acceptance_for_speedup(s, share, *steps) for cls, s in speedups.items()}
     stops, urls = [], {}
     try:
         for profile in ("mtp", "plain"):
@@ -275,10 +280,15 @@ async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Me
             _, port, stop = await start_site(create_sim_app(state))
             stops.append(stop)
             urls[profile] = f"http://127.0.0.1:{port}"
-        return await measure_pool(make_requests(pool_size, seed), urls, max_seconds)
+        yield urls
     finally:
         for stop in stops:
             await stop()
+
+
+async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Measured]:
+    async with gb10_sims(GB10_SPEEDUP) as urls:
+        return await measure_pool(make_requests(pool_size, seed), urls, max_seconds)
 
 
 async def measure_local(pool_size: int, seed: int, max_seconds: float, kind: str) -> list[Measured]:
@@ -336,21 +346,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="workload and exploration seed")
     parser.add_argument("--pair", default="qwen", help="local pair kind (qwen | smollm2)")
     parser.add_argument("--max-seconds", type=float, default=1800.0,
-                        help="wall-time bound on measuring")
+                        help="wall-time bound on measuring (and on driving the router)")
+    parser.add_argument("--through-router", action="store_true",
+                        help="gb10 only: send the replay through the real router app, learning "
+                             "from its decision log and hot-reloading, instead of calling decide")
     args = parser.parse_args(argv)
     gb10 = args.backend == "gb10"
     pool_size = args.pool or (600 if gb10 else 60)
     min_samples = args.min_samples or (30 if gb10 else 5)
     started = time.monotonic()
-    if gb10:
+    policy = bench_policy(args.rate, min_samples)
+    if gb10 and args.through_router:
+        from bench.learning_router import through_router
+
+        pool, result = asyncio.run(through_router(
+            pool_size, policy, args.requests, args.seed, args.relearn_every, args.max_seconds))
+    elif gb10:
         pool = asyncio.run(measure_gb10(pool_size, args.seed, args.max_seconds))
+        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
     else:
         pool = asyncio.run(measure_local(pool_size, args.seed, args.max_seconds, args.pair))
+        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
     measured_s = time.monotonic() - started
-    policy = bench_policy(args.rate, min_samples)
-    result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
-    ok = report(args.backend, pool, result, args.requests)
-    print(f"  (measuring {measured_s:.0f} s; exploration rate {args.rate}, min_samples "
+    name = args.backend + (" through the router" if args.through_router else "")
+    ok = report(name, pool, result, args.requests)
+    print(f"  ({measured_s:.0f} s; exploration rate {args.rate}, min_samples "
           f"{min_samples}, relearn every {args.relearn_every})")
     return 0 if ok else 1
 
