@@ -30,7 +30,7 @@ import random
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
@@ -249,6 +249,18 @@ def report(name: str, pool: Sequence[Measured], result: ReplayResult, requests: 
     return share >= 0.98
 
 
+def save_pool(pool: Sequence[Measured], path: str) -> None:
+    """The measurements, one JSON object per request: the learner's view of both arms."""
+    with open(path, "w", encoding="utf-8") as out:
+        for m in pool:
+            row = {
+                "cls": m.scores.top_class, "lang": m.scores.lang, "p_spec": m.scores.p_spec,
+                "true_class": m.request.cls,
+                "arms": {p: asdict(a) for p, a in sorted(m.arms.items())},
+            }
+            out.write(json.dumps(row, sort_keys=True) + "\n")
+
+
 def bench_policy(rate: float, min_samples: int) -> Policy:
     return Policy(
         routes={c: "auto" for c in ("agent", "code", "technical", "prose", "chat")},
@@ -347,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pair", default="qwen", help="local pair kind (qwen | smollm2)")
     parser.add_argument("--max-seconds", type=float, default=1800.0,
                         help="wall-time bound on measuring (and on driving the router)")
+    parser.add_argument("--save-pool", default=None,
+                        help="write the measured pool (per request: class, p_spec, both arms) "
+                             "as JSON lines to this file")
     parser.add_argument("--through-router", action="store_true",
                         help="gb10 only: send the replay through the real router app, learning "
                              "from its decision log and hot-reloading, instead of calling decide")
@@ -368,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool = asyncio.run(measure_local(pool_size, args.seed, args.max_seconds, args.pair))
         result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
     measured_s = time.monotonic() - started
+    if args.save_pool:
+        save_pool(pool, args.save_pool)
     name = args.backend + (" through the router" if args.through_router else "")
     ok = report(name, pool, result, args.requests)
     print(f"  ({measured_s:.0f} s; exploration rate {args.rate}, min_samples "
