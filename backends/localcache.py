@@ -63,9 +63,14 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 def pip_download(
     requirements: Sequence[str], dest: Path, progress: Progress, *, source: bool = False
 ) -> list[Path]:
-    """`pip download --no-deps` into `dest` (pip reuses files already there); the files."""
+    """`pip download --no-deps` into `dest` (pip reuses files already there); the files.
+
+    `source`: the sdists of `requirements`. Only those are forced to source: `:all:` would also
+    build the sdist's build backend (scikit-build-core, hatchling ...) from source, recursively.
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    kind = ["--no-binary", ":all:"] if source else ["--only-binary", ":all:"]
+    names = ",".join(requirement.split("=")[0].strip() for requirement in requirements)
+    kind = ["--no-binary", names] if source else ["--only-binary", ":all:"]
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
             "--progress-bar", "off", *kind, "-d", str(dest), *requirements]
     progress(f"pip download {' '.join(requirements[:3])}{' ...' if len(requirements) > 3 else ''}")
