@@ -1,0 +1,77 @@
+"""`specroute serve` as a user runs it: a real process, a real config file, stopped by PID."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import openai
+
+from backends.simulator import SimState, create_sim_app
+from tests.router.conftest import ServerFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):  # bounded: 20 s
+            assert process.poll() is None, "specroute serve exited early"
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never answered")
+
+
+async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    mtp = await aiohttp_server(create_sim_app(SimState(profile="mtp")))
+    plain = await aiohttp_server(create_sim_app(SimState(profile="plain")))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "listen: {host: 127.0.0.1, port: 1}\n"
+        "backends:\n"
+        f"  - {{name: mtp-0, engine: llamacpp, profile: mtp, url: 'http://127.0.0.1:{mtp.port}'}}\n"
+        f"  - {{name: plain-0, engine: llamacpp, profile: plain, url: 'http://127.0.0.1:{plain.port}'}}\n"
+        "tokenizer: false\n"
+        "log: {path: decisions.jsonl}\n"
+    )
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "router", "serve", "--config", str(config), "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        await _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        async with client:
+            reply = await client.chat.completions.create(
+                model="sim-model", temperature=0,
+                messages=[{"role": "user", "content": "Write a Python function that adds two numbers."}],
+            )
+        assert reply.choices[0].message.content
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr.decode()
+    assert f"listening on http://127.0.0.1:{port}/v1" in stderr.decode()
+    lines = (tmp_path / "decisions.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["decision"]["backend"] == "mtp-0" and record["classifier"]["class"] == "code"
