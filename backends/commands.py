@@ -254,8 +254,9 @@ def _down(args: argparse.Namespace, load_config: LoadBackends) -> int:
     for pid in [*pids, supervisor]:
         if _alive(pid):
             print(f"pid {pid} still running after {args.timeout:.0f}s: SIGKILL", file=sys.stderr)
+            kill = os.killpg if pid in pids else os.kill  # backends lead their own group
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL) if pid in pids else os.kill(pid, signal.SIGKILL)
+                kill(pid, signal.SIGKILL)
     path.unlink(missing_ok=True)
     print(f"stopped {len(pids)} backend(s) and supervisor pid {supervisor}")
     return 0

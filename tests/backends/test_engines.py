@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from backends.engines import ADAPTERS, Command, EngineConfigError, adapter_for
-from backends.spec import BackendSpec, LaunchSpec
+from backends.spec import BackendSpec
 
 
 def spec(engine: str, profile: str, **launch: Any) -> BackendSpec:
