@@ -46,8 +46,10 @@ def save(path: Path, meta: dict[str, Any], arrays: dict[str, FloatArray]) -> Non
     """Write the artifact atomically (the proxy may be reading the old one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, meta=np.array(json.dumps(meta, sort_keys=True)),
-                        **{name: np.asarray(arrays[name], dtype=np.float32) for name in ARRAYS})
+    payload: dict[str, Any] = {name: np.asarray(arrays[name], dtype=np.float32)
+                               for name in ARRAYS}
+    payload["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    np.savez_compressed(buffer, **payload)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(buffer.getvalue())
     os.replace(tmp, path)

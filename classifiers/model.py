@@ -88,7 +88,8 @@ class TrainedScorer:
         if idx.size:
             logits = logits + weights @ self.w_text[idx]
         exp = np.exp(logits - logits.max())
-        return (exp / exp.sum()).astype(np.float32)
+        probs: FloatArray = (exp / exp.sum()).astype(np.float32)
+        return probs
 
     def changed_on_disk(self) -> bool:
         """True when the file was replaced since this scorer was loaded (or is gone)."""

@@ -8,6 +8,7 @@ outcomes (measured acceptance, or tokens/s of the two profiles) when decision lo
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -16,7 +17,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp  # type: ignore[import-untyped]
+from sklearn.exceptions import ConvergenceWarning  # type: ignore[import-untyped]
 from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from classifiers import artifact
 from classifiers.data.rows import Row
@@ -60,7 +63,8 @@ class Fitted:
         logits = numeric @ self.w_num + data.text @ self.w_text + self.bias
         logits = logits - logits.max(axis=1, keepdims=True)
         exp = np.exp(logits)
-        return (exp / exp.sum(axis=1, keepdims=True)).astype(np.float32)
+        probs: FloatArray = (exp / exp.sum(axis=1, keepdims=True)).astype(np.float32)
+        return probs
 
 
 def encode(rows: Sequence[Row], settings: HashSettings,
@@ -90,7 +94,11 @@ def fit(data: Encoded, c: float = DEFAULT_C, max_iter: int = 400) -> Fitted:
     model = LogisticRegression(C=c, max_iter=max_iter, class_weight="balanced", tol=1e-4)
     if len(np.unique(data.labels)) < 3:
         raise ValueError("training needs rows of at least three classes")
-    model.fit(design, data.labels)
+    # One BLAS thread: on a busy two-core machine, spinning BLAS threads slow L-BFGS 2-3x.
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
+        # the iteration cap is deliberate: held-out scores, not the optimiser, decide it
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(design, data.labels)
     coef = np.zeros((len(CLASSES), design.shape[1]), dtype=np.float32)
     bias = np.full(len(CLASSES), -30.0, dtype=np.float32)  # a class absent from training
     for k, label in enumerate(model.classes_):

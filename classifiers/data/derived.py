@@ -80,12 +80,13 @@ def agentic_coding(rows: Sequence[Row], limit: int) -> list[Row]:
     for n, row in enumerate(pick(rows, limit, "agentic")):
         prompt = HARNESS_PROMPTS[n % len(HARNESS_PROMPTS)]
         ask = _messages(row)[-1]["content"]
-        messages = [system(prompt), user(ask)]
+        messages: list[dict[str, Any]] = [system(prompt), user(ask)]
         if n % 2:
             tag = f"a{n}"
             call = [("read_file", {"path": "src/main.py"})]
-            messages += [{"role": "assistant", "content": None, "tool_calls": _tool_calls(call, tag)},
-                         {"role": "tool", "tool_call_id": f"call_{tag}_0", "content": ask}]
+            messages += [
+                {"role": "assistant", "content": None, "tool_calls": _tool_calls(call, tag)},
+                {"role": "tool", "tool_call_id": f"call_{tag}_0", "content": ask}]
         out.append(_derive(row, "agentic", "agent",
                            {"model": "any", "messages": messages, "tools": FILE_TOOLS}))
     return out

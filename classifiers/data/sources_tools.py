@@ -156,7 +156,12 @@ def glaive_zh(path: Path) -> list[Row]:
             nxt = turns[t + 1]["from"] if t + 1 < len(turns) else ""
             if role == "human":
                 messages.append({"role": "user", "content": value})
-                label = "agent" if nxt == "function_call" else label_text(value, "chat")
+                reply = turns[t + 1]["value"] if nxt == "gpt" else ""
+                # A turn answered by a question whose answer leads to a call is slot filling.
+                slot_filling = bool(tools) and t + 3 < len(turns) and \
+                    turns[t + 3]["from"] == "function_call"
+                label = "agent" if nxt == "function_call" or slot_filling else \
+                    label_by_reply(value, reply)
                 rows.append(_glaive_row(c, t, label, messages, tools, value))
             elif role == "function_call":
                 call = json.loads(value)
@@ -172,6 +177,17 @@ def glaive_zh(path: Path) -> list[Row]:
             else:
                 messages.append({"role": "assistant", "content": value})
     return rows
+
+
+def label_by_reply(request: str, reply: str) -> str:
+    """The class of a text turn whose actual reply is known: mostly code, short, or long."""
+    fenced = reply.split("```")[1::2]
+    if fenced and sum(len(f) for f in fenced) >= 0.5 * len(reply):
+        return "code"
+    asked = label_text(request, "technical")
+    if asked in ("prose", "code"):
+        return asked
+    return "chat" if len(reply) < 60 else "technical"
 
 
 def _glaive_row(c: int, t: int, label: str, messages: list[dict[str, Any]],

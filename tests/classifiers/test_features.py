@@ -1,0 +1,87 @@
+"""Request features: a table of cases, bounded work, the token estimate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from classifiers.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    cjk_share,
+    extract,
+)
+from classifiers.request_view import view_request
+
+
+def _features(body: dict[str, Any], count: Any = None) -> dict[str, Any]:
+    return extract(view_request("chat", body), count).as_dict()
+
+
+def _user(text: str, **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("body", "name", "expected"),
+    [
+        (_user("hi", tools=TOOLS), "n_tools", 1),
+        (_user("hi", tools=TOOLS, tool_choice="required"), "tool_choice_required", True),
+        (_user("hi", tools=TOOLS, tool_choice="none"), "tool_choice_none", True),
+        ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "{}"}]},
+         "last_role_tool", True),
+        ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "{}"},
+                       {"role": "user", "content": "y"}]}, "history_has_tool", True),
+        (_user("```python\nprint(1)\n```"), "code_fences", 1),
+        (_user("```python\nprint(1)"), "code_fences", 1),
+        (_user("你好"), "cjk_share", 1.0),
+        (_user("hi", response_format={"type": "json_object"}), "json_mode", True),
+        (_user("hi", temperature=0), "greedy", True),
+        (_user("hi"), "temperature", -1.0),
+        (_user("hi", max_tokens=64), "max_tokens", 64),
+        (_user("hi", model="deepseek-reasoner"), "thinking", True),
+        (_user("hi", model="deepseek-chat"), "thinking_unset", False),
+        (_user("hi"), "thinking_unset", True),
+    ],
+)
+def test_feature_table(body: dict[str, Any], name: str, expected: object) -> None:
+    assert _features(body)[name] == expected
+
+
+def test_code_lines_are_recognised() -> None:
+    code = "def f(x):\n    return x + 1\n\nclass A:\n    pass\n"
+    assert _features(_user(code))["code_line_share"] >= 0.5
+    assert _features(_user("Tell me about the history of Rome."))["code_line_share"] == 0.0
+
+
+@pytest.mark.parametrize(("text", "expected"), [("", 0.0), ("   ", 0.0), ("ab你好", 0.5)])
+def test_cjk_share(text: str, expected: float) -> None:
+    assert cjk_share(text) == expected
+
+
+def test_tokens_are_estimated_from_a_small_sample() -> None:
+    calls: list[int] = []
+
+    def count(text: str) -> int:
+        calls.append(len(text))
+        return len(text) // 4
+
+    features = _features(_user("word " * 60_000), count)
+    assert max(calls) <= 192  # never the whole turn
+    assert 70_000 <= features["prompt_tokens"] <= 80_000
+    assert features["last_user_tokens"] > 0
+
+
+def test_estimate_without_a_tokenizer_counts_cjk_per_character() -> None:
+    assert _features(_user("你好" * 50))["prompt_tokens"] == 100
+
+
+def test_vector_order_and_schema() -> None:
+    features = extract(view_request("chat", _user("hi")))
+    assert len(features.vector()) == len(FEATURE_NAMES)
+    assert list(features.as_dict()) == list(FEATURE_NAMES)
+    assert FEATURE_SCHEMA_VERSION == 2
