@@ -118,24 +118,26 @@ async def _probe_request(
     body = adapter.request_tweaks(body, stream=False, path="/v1/chat/completions").body
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        before = await _scrape(spec, adapter, session, timeout)
+        before = await scrape_metrics(spec, adapter, session, timeout)
         async with session.post(spec.base_url + "/v1/chat/completions", json=body,
                                 headers=_auth(spec), timeout=timeout) as response:
             payload = await response.json(content_type=None)
             response.raise_for_status()
         report = read_report(payload)
         if report.draft_n is None and adapter.counters is not None and before is not None:
-            after = await _scrape(spec, adapter, session, timeout)
+            after = await scrape_metrics(spec, adapter, session, timeout)
             report = counter_delta(before, after or {}, adapter.counters)
     except (aiohttp.ClientError, TimeoutError, ValueError) as error:
         return EMPTY, f"backend {spec.name!r}: the probe request failed: {error}"
     return report, ""
 
 
-async def _scrape(
+async def scrape_metrics(
     spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
     timeout: aiohttp.ClientTimeout,
 ) -> dict[str, float] | None:
+    """The engine's Prometheus counters (`parse_prometheus`), or None when it has none or the
+    scrape fails. Difference two scrapes with `stats.counter_delta(before, after, counters)`."""
     if not adapter.metrics_path:
         return None
     try:
