@@ -1,0 +1,148 @@
+"""The numpy scorer and its artifact: parity with training, validation, hot-reload signal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from classifiers import artifact, train
+from classifiers.artifact import ArtifactError
+from classifiers.data.build import read_corpus
+from classifiers.features import extract
+from classifiers.model import DEFAULT_ARTIFACT, load_artifact
+from classifiers.request_view import view_request
+from classifiers.scores import CLASSES
+
+
+def _score(path: Path, body: dict[str, object]) -> tuple[str, dict[str, float], float]:
+    scorer = load_artifact(path)
+    view = view_request("chat", body)
+    scores = scorer.score(view, extract(view))
+    return scores.top_class, dict(scores.scores), scores.p_spec
+
+
+def test_scores_are_probabilities(tiny_artifact: Path) -> None:
+    top, scores, p_spec = _score(tiny_artifact, {"messages": [{"role": "user", "content": "hi"}]})
+    assert set(scores) == set(CLASSES)
+    assert abs(sum(scores.values()) - 1.0) < 1e-5
+    assert top == max(scores, key=lambda c: scores[c])
+    assert 0.0 <= p_spec <= 1.0
+
+
+def test_numpy_scoring_matches_training(tiny_artifact: Path, tiny_corpus: Path) -> None:
+    rows = read_corpus(tiny_corpus)
+    scorer = load_artifact(tiny_artifact)
+    encoded = train.encode(rows, scorer.settings, None)
+    fitted = train.Fitted(w_text=scorer.w_text, w_num=scorer.w_num, bias=scorer.bias,
+                          num_mean=scorer.num_mean, num_scale=scorer.num_scale)
+    batch = fitted.probabilities(encoded)
+    for i, row in enumerate(rows):
+        view = view_request("chat", dict(row.request))
+        assert np.allclose(scorer.probabilities(view, extract(view)), batch[i], atol=1e-4)
+
+
+def test_the_tiny_model_learns_its_corpus(tiny_artifact: Path, tiny_corpus: Path) -> None:
+    rows = read_corpus(tiny_corpus)
+    right = sum(_score(tiny_artifact, dict(r.request))[0] == r.label for r in rows)
+    assert right / len(rows) >= 0.9
+
+
+def test_missing_and_corrupt_files_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="cannot read"):
+        load_artifact(tmp_path / "absent.npz")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(ArtifactError, match="not a readable"):
+        load_artifact(bad)
+
+
+def _rewrite_meta(source: Path, target: Path, **changes: object) -> None:
+    with np.load(source) as npz:
+        meta = json.loads(str(npz["meta"]))
+        arrays = {name: npz[name] for name in artifact.ARRAYS}
+    meta.update(changes)
+    artifact.save(target, meta, arrays)
+
+
+def test_a_feature_schema_mismatch_is_refused(tiny_artifact: Path, tmp_path: Path) -> None:
+    other = tmp_path / "old.npz"
+    _rewrite_meta(tiny_artifact, other, feature_schema_version=1)
+    with pytest.raises(ArtifactError, match="feature schema 1"):
+        load_artifact(other)
+
+
+def test_tampered_weights_are_refused(tiny_artifact: Path, tmp_path: Path) -> None:
+    tampered = tmp_path / "tampered.npz"
+    with np.load(tiny_artifact) as npz:
+        meta = json.loads(str(npz["meta"]))
+        arrays = {name: np.array(npz[name]) for name in artifact.ARRAYS}
+    arrays["bias"][0] += 1.0
+    artifact.save(tampered, meta, arrays)
+    with pytest.raises(ArtifactError, match="sha256"):
+        load_artifact(tampered)
+
+
+def test_changed_on_disk_signals_a_new_file(tiny_artifact: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "live.npz"
+    copy.write_bytes(tiny_artifact.read_bytes())
+    scorer = load_artifact(copy)
+    assert not scorer.changed_on_disk()
+    copy.write_bytes(tiny_artifact.read_bytes())
+    os.utime(copy, (scorer.mtime + 5, scorer.mtime + 5))
+    assert scorer.changed_on_disk()
+    assert scorer.name.startswith("lr-") and scorer.path == copy
+
+
+def test_the_artifact_is_one_small_npz(tiny_artifact: Path) -> None:
+    with zipfile.ZipFile(tiny_artifact) as archive:
+        names = {n.removesuffix(".npy") for n in archive.namelist()}
+    assert names == {"meta", *artifact.ARRAYS}
+
+
+def test_serving_imports_neither_sklearn_nor_torch() -> None:
+    code = (
+        "import sys\n"
+        "from classifiers.model import load_artifact, DEFAULT_ARTIFACT\n"
+        "from classifiers.request_view import view_request\n"
+        "from classifiers.features import extract\n"
+        "s = load_artifact(DEFAULT_ARTIFACT)\n"
+        "v = view_request('chat', {'messages': [{'role': 'user', 'content': 'hi'}]})\n"
+        "s.score(v, extract(v))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('sklearn', 'torch', 'scipy', 'matplotlib')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"messages": [{"role": "user", "content": "你好呀"}]}, "chat"),
+        ({"messages": [{"role": "user", "content": "thanks, that's great!"}]}, "chat"),
+        ({"messages": [{"role": "user", "content": "Write a Python function that merges two "
+                        "sorted lists."}]}, "code"),
+        ({"messages": [{"role": "user", "content": "什么是量子计算？请详细解释。"}]}, "technical"),
+        ({"messages": [{"role": "user", "content": "Write a poem about the sea at night."}]},
+         "prose"),
+        ({"messages": [
+            {"role": "user", "content": "What's the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "{\"temp\": 21}"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+              "type": "object", "properties": {"city": {"type": "string"}}}}}]}, "agent"),
+    ],
+)
+def test_the_committed_artifact_gets_plain_cases_right(body: dict[str, object],
+                                                        expected: str) -> None:
+    assert _score(DEFAULT_ARTIFACT, body)[0] == expected
