@@ -110,6 +110,25 @@ def json_mode(rows: Sequence[Row], limit: int) -> list[Row]:
     return out
 
 
+ZH_CODE_WRAPPERS: Final = (
+    "请补全下面的函数：\n\n```python\n{code}\n```",
+    "帮我实现这个函数，只返回代码。\n{code}",
+    "下面的函数还没写完，请完成它并加上必要的注释：\n```\n{code}\n```",
+    "用Python实现以下需求，直接给出代码：\n{code}",
+)
+
+
+def zh_code(rows: Sequence[Row], limit: int) -> list[Row]:
+    """Real code tasks asked in Chinese: the instruction is ours, the code is real (zh, code)."""
+    out = []
+    for n, row in enumerate(pick(rows, limit, "zh_code")):
+        code = str(_messages(row)[-1]["content"]).strip()
+        text = ZH_CODE_WRAPPERS[n % len(ZH_CODE_WRAPPERS)].format(code=code)
+        body = {"model": "any", "messages": [user(text)]}
+        out.append(replace(_derive(row, "zh", "code", body), lang="zh"))
+    return out
+
+
 def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) -> list[Row]:
     """Casual turns that happen to carry tools stay `chat`."""
     with_tools = [r for r in tool_rows if r.request.get("tools")]

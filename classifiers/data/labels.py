@@ -22,11 +22,12 @@ _CODE_ASK: Final = re.compile(
     r"\b(write|implement|code|make|build|create|do|show)\b[^.?!\n]{0,40}\b(in|using|with) "
     r"(python|javascript|typescript|java|go|golang|rust|c\+\+|c#|ruby|php|kotlin|swift|sql|"
     r"bash|shell|haskell|scala|r|matlab|html|css|react|flask|django|node(\.js)?|aws)\b|"
-    r"\bcan you write (a|an|some|me a)\b|"
     r"(写|实现|编写|生成|修改|补全|重构)[^。？！\n]{0,12}(函数|代码|程序|脚本|类|SQL|sql|正则|"
     r"单元测试|接口|配置文件)",
     re.IGNORECASE,
 )
+_SHORT_WRITE: Final = re.compile(
+    r"^\s*(can you |could you |please )?(write|code|implement)\b", re.IGNORECASE)
 _TECH_PROBLEM: Final = re.compile(
     r"\b(is not|isn't|won't|doesn't|does not|can't|cannot|couldn't|not working|stopped working|"
     r"keeps crashing|crash(es|ed)?|error|exception|traceback|broken|overheating|flickering|"
@@ -49,7 +50,7 @@ _PROSE_ASK: Final = re.compile(
 )
 _EXPLAIN_ASK: Final = re.compile(
     r"\b(what|how|why|when|where|which|who|explain|describe|define|definition|difference|"
-    r"compare|summari[sz]e|list|calculate|compute|solve|prove|derive|estimate|analy[sz]e|"
+    r"compare|summari[sz]e|list|calculate|compute|solve|prove|derive|estimate|analy[sz]e|analysis|"
     r"tell me about|is it true|does|do|python|javascript|typescript|java|sql|linux|api|"
     r"server|database|docker|kubernetes)\b|"
     r"(什么|为什么|如何|怎么|怎样|解释|区别|原理|哪些|哪个|多少|是否|吗[？?]|介绍|分析|总结|计算|"
@@ -83,6 +84,8 @@ def label_text(text: str, default: str) -> str:
         return "code"
     if _PROSE_ASK.search(head):
         return "prose"
+    if len(head) < 60 and _SHORT_WRITE.search(head):
+        return "code"  # "can you write insertion sort?": a short write-ask that is not prose
     if _TECH_PROBLEM.search(head) and not _ABOUT_ASSISTANT.search(head):
         return "technical"
     if _is_casual(head):

@@ -179,14 +179,29 @@ def glaive_zh(path: Path) -> list[Row]:
     return rows
 
 
+_EXPLAIN_ZH: Final = re.compile(r"解释|什么是|是什么|为什么|如何|怎么|怎样|区别|介绍|原理|哪些|explain|what is",
+                                re.IGNORECASE)
+_ACTION_ZH: Final = re.compile(r"(帮我|替我|给我|为我|帮忙)[^。？！]{0,6}(订|预定|预订|买|购|发|叫|煮|做|找|查|"
+                               r"创建|生成|安排|播放)")
+
+
 def label_by_reply(request: str, reply: str) -> str:
-    """The class of a text turn whose actual reply is known: mostly code, short, or long."""
+    """The class of a text turn whose actual reply is known.
+
+    Mostly code -> code; asked for writing or code -> that; asked for an explanation ->
+    technical (short is not casual); asked for an action no tool does and answered briefly
+    (a refusal or an acknowledgement) -> chat; otherwise by the reply's length.
+    """
     fenced = reply.split("```")[1::2]
     if fenced and sum(len(f) for f in fenced) >= 0.5 * len(reply):
         return "code"
     asked = label_text(request, "technical")
     if asked in ("prose", "code"):
         return asked
+    if _EXPLAIN_ZH.search(request):
+        return "technical"
+    if _ACTION_ZH.search(request) and len(reply) < 150:
+        return "chat"
     return "chat" if len(reply) < 60 else "technical"
 
 

@@ -23,7 +23,8 @@ _ZH_CODE_TASKS: Final = (
 )
 _ZH_CODE_FORMS: Final = (
     "用{lang}写一个函数，{task}。", "请帮我实现：{task}（用{lang}）。", "写一段{lang}代码{task}，并附上单元测试。",
-    "用{lang}实现{task}，只给代码。",
+    "用{lang}实现{task}，只给代码。", "创建一个{lang}函数，该函数可以{task}。", "生成一段{lang}代码，用于{task}。",
+    "给我{lang}的代码：{task}", "能不能写个{lang}脚本{task}？",
 )
 _LANGS: Final = ("Python", "Go", "Java", "JavaScript", "Rust", "C++")
 
@@ -49,6 +50,13 @@ _ZH_CHAT: Final = (
     "你好呀", "在吗？", "今天好累啊", "哈哈哈太好笑了", "早安！", "你今天过得怎么样？", "我好无聊",
     "晚安啦", "你叫什么名字？", "周末快乐！", "我刚吃完饭", "你喜欢猫还是狗？", "好久不见",
     "最近怎么样", "今天天气真好啊", "嗯嗯", "你真聪明", "我有点难过", "讲个笑话吧", "你是机器人吗？",
+    "谢谢你的帮助！", "太感谢了", "好的，明白了", "辛苦啦", "你好，很高兴认识你", "下午好",
+    "我今天升职了！", "明天就放假了，好开心", "你会不会觉得累？", "你有朋友吗？", "你几岁了？",
+    "你喜欢什么颜色？", "你平时都做什么？", "我想找人聊聊天", "今天下雨了，有点烦", "哈哈，你真逗",
+    "没事，随便聊聊", "我失眠了", "刚下班，好饿", "你觉得我今天穿什么好呢？", "嘿嘿", "拜拜，明天见",
+    "早点休息哦", "你会唱歌吗？", "我的猫今天特别乖", "今天是我生日！", "好无聊啊，陪我聊会儿吧",
+    "你是谁开发的？", "你喜欢看电影吗？", "我们来聊点开心的事吧", "你觉得周末去哪玩好？", "好吧",
+    "哇，厉害", "真的吗？", "我也是这么想的", "有道理", "不好意思，刚才走开了", "中午吃什么好呢",
 )
 _ZH_AGENT: Final = (
     ("帮我查一下北京明天的天气", "get_weather", "city"),
@@ -76,6 +84,7 @@ _EN_CODE_TASKS: Final = (
 _EN_CODE_FORMS: Final = (
     "write {task} in {lang}", "can you write {task} in {lang}?", "Implement {task} in {lang}.",
     "Give me {task} in {lang}, code only.", "I need {task} ({lang}). Just the code please.",
+    "can you write {task}?", "write {task}",
 )
 _EN_PROSE_TOPICS: Final = (
     "autumn", "a lighthouse keeper", "the first day of school",
