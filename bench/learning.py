@@ -255,10 +255,29 @@ def save_pool(pool: Sequence[Measured], path: str) -> None:
         for m in pool:
             row = {
                 "cls": m.scores.top_class, "lang": m.scores.lang, "p_spec": m.scores.p_spec,
-                "true_class": m.request.cls,
+                "true_class": m.request.cls, "true_lang": m.request.lang,
                 "arms": {p: asdict(a) for p, a in sorted(m.arms.items())},
             }
             out.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def load_pool(path: str) -> list[Measured]:
+    """A pool saved by `save_pool`: the classifier's verdict and both arms per request."""
+    pool = []
+    with open(path, encoding="utf-8") as rows:
+        for line in rows:
+            row = json.loads(line)
+            scores = Scores(row["cls"], row["lang"], {row["cls"]: 1.0}, row["p_spec"])
+            request = BenchRequest(row["true_class"], row["true_lang"], {})
+            arms = {p: Arm(**a) for p, a in row["arms"].items()}
+            pool.append(Measured(request, row_features(), scores, arms))
+    return pool
+
+
+def row_features() -> Features:
+    """Greedy, non-thinking, no tools: what every request of the mixed workload is."""
+    view = view_request("chat", {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
+    return extract(view)
 
 
 def bench_policy(rate: float, min_samples: int) -> Policy:
@@ -362,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save-pool", default=None,
                         help="write the measured pool (per request: class, p_spec, both arms) "
                              "as JSON lines to this file")
+    parser.add_argument("--from-pool", default=None,
+                        help="replay a pool saved by --save-pool instead of measuring")
     parser.add_argument("--through-router", action="store_true",
                         help="gb10 only: send the replay through the real router app, learning "
                              "from its decision log and hot-reloading, instead of calling decide")
@@ -376,6 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         pool, result = asyncio.run(through_router(
             pool_size, policy, args.requests, args.seed, args.relearn_every, args.max_seconds))
+    elif args.from_pool:
+        pool = load_pool(args.from_pool)
+        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
     elif gb10:
         pool = asyncio.run(measure_gb10(pool_size, args.seed, args.max_seconds))
         result = replay(pool, policy, args.requests, args.seed, args.relearn_every)

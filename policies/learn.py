@@ -136,21 +136,25 @@ def _cycle_time(o: Observation, t_skip: float, t_verify: float) -> float:
 
 def _fit_cycle_costs(spec: Sequence[Observation], t_plain: float) -> tuple[float, float]:
     """Least squares of decode time on (skipped, verified) cycle counts, with a weak prior
-    pulling the skipped-cycle cost toward a plain step."""
+    pulling the skipped-cycle cost toward a plain step. A skipped cycle runs a plain step and
+    the draft, so it never costs less than a plain step: where the data say otherwise (few
+    skips, as without a margin gate, and noisy timings) it is held at one plain step."""
     sxx = sxy = syy = bx = by = 0.0
     for o in spec:
         skipped, verified = _cycles(o)
         time = _decode_ms(o)
         sxx, sxy, syy = sxx + skipped * skipped, sxy + skipped * verified, syy + verified**2
         bx, by = bx + skipped * time, by + verified * time
+    if syy <= 0:
+        return t_plain, t_plain
     prior = PRIOR_WEIGHT * max(sxx, 1.0)
     sxx, bx = sxx + prior, bx + prior * t_plain
     det = sxx * syy - sxy * sxy
-    if syy <= 0 or abs(det) < 1e-9 * max(1.0, sxx * syy):
-        return t_plain, (by - sxy * t_plain) / syy if syy > 0 else t_plain
-    t_skip = (bx * syy - by * sxy) / det
-    t_verify = (by * sxx - bx * sxy) / det
-    return max(t_skip, 1e-3), max(t_verify, 1e-3)
+    t_skip = (bx * syy - by * sxy) / det if abs(det) > 1e-9 * sxx * syy else t_plain
+    if t_skip < t_plain:
+        t_skip = t_plain
+    t_verify = (by - sxy * t_skip) / syy
+    return t_skip, max(t_verify, 1e-3)
 
 
 def _prefill_rates(observations: Sequence[Observation]) -> dict[str, float]:
@@ -291,13 +295,14 @@ def _belief(
 
 
 def _ceiling(cost: CostFit | None, min_samples: int) -> float | None:
-    """The best speedup any workload could get on this machine (every draft accepted), when
-    the step costs are trusted and that best is still a loss; else None. Then no class needs
-    samples of its own to be routed to plain: the machine has decided."""
+    """The best speedup any workload could get on this machine (every cycle verified, every
+    draft accepted), when the step costs are trusted and that best is still a loss; else None.
+    Then no class needs samples of its own to be routed to plain: the machine has decided.
+    (Gate-skipped cycles only pull a workload toward plain speed, as a skipped cycle costs at
+    least a plain step.)"""
     if cost is None or min(cost.n_plain, cost.n_mtp) < min_samples:
         return None
-    steps = (cost.t_plain_ms, cost.t_skip_ms, cost.t_verify_ms)
-    best = max(predicted_speedup(1.0, share, *steps) for share in (0.0, 1.0))
+    best = predicted_speedup(1.0, 1.0, cost.t_plain_ms, cost.t_skip_ms, cost.t_verify_ms)
     return best if best < 1.0 else None
 
 

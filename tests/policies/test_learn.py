@@ -3,9 +3,11 @@ cost model says it should?"""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -262,3 +264,29 @@ def test_a_language_keeps_its_own_thin_evidence_and_borrows_only_when_unseen() -
     unseen = state.belief("agent", "fr")
     assert unseen is not None and unseen.key == "agent/*" and unseen.trusted
     assert state.belief("poetry", "en") is None
+
+
+LOCAL_POOL = Path(__file__).with_name("data") / "local_pair_qwen.jsonl"
+
+
+def _local_pair_observations() -> list[Observation]:
+    """Measured by `bench/learning.py local --save-pool` on the 2-core CPU pair (Qwen2.5-Coder
+    1.5B, 0.5B draft at depth 1): 40 mixed requests, each served by both instances."""
+    out = []
+    for line in LOCAL_POOL.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        for profile, arm in row["arms"].items():
+            out.append(Observation(
+                row["cls"], row["lang"], row["p_spec"], profile, arm["tokens"],
+                arm["tokens"] / arm["decode_ms"] * 1000, arm["draft_n"], arm["draft_accepted"],
+            ))
+    return out
+
+
+def test_real_local_pair_measurements_route_everything_to_plain() -> None:
+    state = learn(_local_pair_observations(), min_samples=5)
+    assert state.cost is not None and state.cost.t_verify_ms > 2 * state.cost.t_plain_ms
+    assert state.beliefs  # every class the classifier saw
+    for belief in state.beliefs.values():
+        assert belief.trusted and belief.threshold == NEVER, belief.key
+        assert belief.speedup < 0.7
