@@ -88,24 +88,10 @@ class PolicyStore:
         """Re-read whichever file changed since the last look; True when a new snapshot is in
         force."""
         current = self._snapshot
-        policy_sig = _signature(self.policy_path)
-        learned_sig = _signature(self.learned_path)
-        new = current
-        if policy_sig != current.policy_signature and policy_sig is not None:
-            policy = self._read_policy()
-            # a failed read is remembered, so that one bad save is reported once
-            new = replace(new, policy=policy or new.policy, policy_signature=policy_sig)
-            changed_policy = policy is not None
-        else:
-            changed_policy = False
-        changed_learned = False
-        if learned_sig != current.learned_signature:
-            learned = self._read_learned() if learned_sig is not None else EMPTY_STATE
-            new = replace(new, learned=learned or new.learned, learned_signature=learned_sig)
-            changed_learned = learned is not None
+        new, changed_policy = self._with_new_policy(current)
+        new, changed_learned = self._with_new_learned(new)
         if not (changed_policy or changed_learned):
-            if new is not current:
-                self._snapshot = new
+            self._snapshot = new  # may remember the signature of a file that failed
             return False
         self._snapshot = replace(new, loaded_at=now)
         self.counters.ok += 1
@@ -115,6 +101,26 @@ class PolicyStore:
             learned=str(self.learned_path) if changed_learned else None,
         )
         return True
+
+    def _with_new_policy(self, snapshot: Snapshot) -> tuple[Snapshot, bool]:
+        """The snapshot with the policy file re-read if it changed (a deleted file keeps the
+        policy in force); a file that fails is remembered so that one bad save is reported
+        once."""
+        signature = _signature(self.policy_path)
+        if signature is None or signature == snapshot.policy_signature:
+            return snapshot, False
+        policy = self._read_policy()
+        new = replace(snapshot, policy=policy or snapshot.policy, policy_signature=signature)
+        return new, policy is not None
+
+    def _with_new_learned(self, snapshot: Snapshot) -> tuple[Snapshot, bool]:
+        """The snapshot with the learned file re-read if it changed (deleted: nothing learned)."""
+        signature = _signature(self.learned_path)
+        if signature == snapshot.learned_signature:
+            return snapshot, False
+        learned = self._read_learned() if signature is not None else EMPTY_STATE
+        new = replace(snapshot, learned=learned or snapshot.learned, learned_signature=signature)
+        return new, learned is not None
 
     def _read_policy(self) -> Policy | None:
         try:
