@@ -117,6 +117,11 @@ def describe_request(
                 f" {b.speedup:.3f} ± {b.se:.3f} from {b.n_mtp} mtp and {b.n_plain} plain"
                 f" requests{'' if belief.trusted else ' (not yet trusted)'}"
             )
+            if b.acceptance is not None and b.spec_share is not None:
+                lines.append(
+                    f"  in that bin: acceptance {b.acceptance:.3f} on verified cycles,"
+                    f" {b.spec_share:.0%} of cycles speculated ({belief.method})"
+                )
         chance = exploration_probability(belief, scores.p_spec, policy.exploration.rate)
         lines.append(f"  chance of being routed against the belief to explore: {chance:.1%}")
     return lines

@@ -271,6 +271,8 @@ def _belief(
                 n_plain=sum(o.profile == "plain" for o in members),
                 speedup=speedup,
                 se=se,
+                acceptance=_finite(priors.acceptance) if use_cost_model else None,
+                spec_share=_finite(priors.spec_share) if use_cost_model else None,
             )
         )
     speedup, se = _bounded(_speedup(pooled, cost if use_cost_model else None), ceiling)

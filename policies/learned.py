@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 LEARNED_VERSION: Final = 1
@@ -45,7 +45,9 @@ class BinEstimate:
     n_mtp: int
     n_plain: int
     speedup: float
-    se: float
+    se: float  # infinite when the bin has seen nothing
+    acceptance: float | None = None  # where the engine reports it
+    spec_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +157,18 @@ def normal_cdf(z: float) -> float:
 
 
 def to_json(state: LearnedState) -> str:
-    return json.dumps(asdict(state), indent=1, sort_keys=True)
+    """Strict JSON (an infinite standard error is written as null, read back as infinite)."""
+    return json.dumps(_strict(asdict(state)), indent=1, sort_keys=True, allow_nan=False)
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
 
 
 class LearnedStateError(ValueError):
@@ -193,8 +206,12 @@ def _state_from(data: Mapping[str, Any]) -> LearnedState:
 
 
 def _belief_from(raw: Mapping[str, Any]) -> Belief:
-    bins = tuple(BinEstimate(**b) for b in raw["bins"])
+    bins = tuple(BinEstimate(**{**b, "se": _inf_if_none(b["se"])}) for b in raw["bins"])
     if not bins:
         raise ValueError("a belief needs at least one bin")
-    belief = Belief(**{**raw, "bins": bins})
-    return replace(belief, threshold=float(belief.threshold))
+    return Belief(**{**raw, "bins": bins, "se": _inf_if_none(raw["se"]),
+                     "threshold": float(raw["threshold"])})
+
+
+def _inf_if_none(value: Any) -> float:
+    return math.inf if value is None else float(value)

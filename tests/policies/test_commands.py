@@ -92,6 +92,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     assert "overrides.sampled" in out and "agent/en" in out
     assert "Request: class code" in out
     assert "Decision: mtp by routes.code (reason learned, threshold 0.00)" in out
+    assert "in that bin: acceptance 0.8" in out  # code's acceptance on the GB10 is ~0.85
 
 
 def test_explain_without_learned_state(

@@ -117,3 +117,14 @@ def test_a_corrupt_learned_file_at_start_is_ignored(policy_file: Path) -> None:
         store = PolicyStore(policy_file)
     assert store.learned == EMPTY_STATE
     assert logs[0]["event"] == "policy_reload_failed"
+
+
+def test_learned_state_json_is_strict_even_with_unknown_bins() -> None:
+    import json
+
+    state = learn(synthetic.observations(synthetic.GB10, 200, seed=22))
+    text = to_json(state)
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-standard JSON {name}"))
+    back = from_json(text)
+    assert back == state
+    assert any(b.se == float("inf") for belief in back.beliefs.values() for b in belief.bins)
