@@ -322,25 +322,34 @@ async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Me
         return await measure_pool(make_requests(pool_size, seed), urls, max_seconds)
 
 
-async def measure_local(pool_size: int, seed: int, max_seconds: float, kind: str) -> list[Measured]:
-    """The real llama.cpp pair from the cache, launched on free loopback ports and stopped by
-    PID at the end."""
+@contextlib.asynccontextmanager
+async def local_pair(kind: str) -> AsyncIterator[dict[str, str]]:
+    """The real llama.cpp pair from the cache, launched on free loopback ports by the
+    supervisor and stopped by PID at the end. Yields profile -> base URL."""
     from backends.localpair import local_pair_specs
     from backends.supervisor import Supervisor
 
     specs = local_pair_specs(kind, plain_port=_free_port(), mtp_port=_free_port())
-    urls: dict[str, str] = {spec.profile: spec.base_url for spec in specs}
     async with aiohttp.ClientSession() as session:
         supervisor = Supervisor(specs, Path("bench/out/local-pair-logs"), session=session)
         await supervisor.start()
         try:
-            requests = [
-                BenchRequest(r.cls, r.lang, {**r.body, "cache_prompt": False})
-                for r in make_requests(pool_size, seed, max_tokens=(48, 96))
-            ]
-            return await measure_pool(requests, urls, max_seconds)
+            yield {spec.profile: spec.base_url for spec in specs}
         finally:
             await supervisor.stop()
+
+
+def local_requests(pool_size: int, seed: int) -> list[BenchRequest]:
+    """Shorter replies (CPU decoding is slow) and no prompt cache (outputs compare exactly)."""
+    return [
+        BenchRequest(r.cls, r.lang, {**r.body, "cache_prompt": False})
+        for r in make_requests(pool_size, seed, max_tokens=(48, 96))
+    ]
+
+
+async def measure_local(pool_size: int, seed: int, max_seconds: float, kind: str) -> list[Measured]:
+    async with local_pair(kind) as urls:
+        return await measure_pool(local_requests(pool_size, seed), urls, max_seconds)
 
 
 async def start_site(app: web.Application) -> tuple[None, int, Callable[[], Awaitable[None]]]:
@@ -384,19 +393,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--from-pool", default=None,
                         help="replay a pool saved by --save-pool instead of measuring")
     parser.add_argument("--through-router", action="store_true",
-                        help="gb10 only: send the replay through the real router app, learning "
-                             "from its decision log and hot-reloading, instead of calling decide")
+                        help="send the replay through the real router app, learning from its "
+                             "decision log and hot-reloading, instead of calling decide")
     args = parser.parse_args(argv)
     gb10 = args.backend == "gb10"
     pool_size = args.pool or (600 if gb10 else 60)
     min_samples = args.min_samples or (30 if gb10 else 5)
     started = time.monotonic()
     policy = bench_policy(args.rate, min_samples)
-    if gb10 and args.through_router:
+    if args.through_router:
         from bench.learning_router import through_router
 
         pool, result = asyncio.run(through_router(
-            pool_size, policy, args.requests, args.seed, args.relearn_every, args.max_seconds))
+            gb10, args.pair, pool_size, policy, args.requests, args.seed, args.relearn_every,
+            args.max_seconds))
     elif args.from_pool:
         pool = load_pool(args.from_pool)
         result = replay(pool, policy, args.requests, args.seed, args.relearn_every)

@@ -31,6 +31,8 @@ from bench.learning import (
     Totals,
     _best_per_class,
     gb10_sims,
+    local_pair,
+    local_requests,
     measure_pool,
     start_site,
 )
@@ -44,14 +46,17 @@ from router.state import POLICY, Deps
 
 
 async def through_router(
-    pool_size: int, policy: Policy, requests: int, seed: int, relearn_every: int,
-    max_seconds: float,
+    gb10: bool, pair: str, pool_size: int, policy: Policy, requests: int, seed: int,
+    relearn_every: int, max_seconds: float,
 ) -> tuple[list[Measured], ReplayResult]:
-    async with gb10_sims(GB10_SPEEDUP) as urls:
-        bodies = [
-            BenchRequest(r.cls, r.lang, {**r.body, "stream_options": {"include_usage": True}})
-            for r in make_requests(pool_size, seed)
-        ]
+    """Measure the pool on both instances, then drive the router with it (bounded in time)."""
+    backends = gb10_sims(GB10_SPEEDUP) if gb10 else local_pair(pair)
+    made = make_requests(pool_size, seed) if gb10 else local_requests(pool_size, seed)
+    bodies = [
+        BenchRequest(r.cls, r.lang, {**r.body, "stream_options": {"include_usage": True}})
+        for r in made
+    ]
+    async with backends as urls:
         pool = await measure_pool(bodies, urls, max_seconds)
         with tempfile.TemporaryDirectory(prefix="specroute-bench-") as tmp:
             result = await _drive(pool, urls, policy, Path(tmp), requests, seed, relearn_every,
