@@ -63,11 +63,13 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _registrars() -> list[Callable[["Subparsers"], None]]:
     """The `register` functions of the other packages' command modules, with the log readers
     they need injected (the decision-log schema lives in `router`)."""
+    from classifiers import commands as classifier_commands
     from policies import commands as policy_commands
     from router import ops_commands
-    from router.logreaders import read_observations
+    from router.logreaders import read_log_outcomes, read_observations
 
     return [
+        lambda sub: classifier_commands.register(sub, read_log_outcomes=read_log_outcomes),
         lambda sub: policy_commands.register(sub, read_observations=read_observations),
         ops_commands.register,
     ]

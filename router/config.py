@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from backends.spec import BackendSpec
 from policies.yamlfile import ConfigError, load_model
 
+SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
 DEFAULT_POLICY = str(Path(__file__).resolve().parent.parent / "policies" / "default.yaml")
 
 
@@ -45,7 +46,11 @@ class Config(_Strict):
     backends: list[BackendSpec] = Field(..., min_length=1)
     default_backend: str = Field("", description="backend for other /v1/* paths (default: first)")
     policy: str = Field(DEFAULT_POLICY, description="routing policy YAML (hot-reloaded)")
-    classifier: str = Field("", description="model artifact; empty: the rule-based scorer")
+    classifier: str = Field(
+        "default",
+        description="model artifact; 'default': the trained artifact shipped with specroute; "
+        "'rules': the rule-based scorer",
+    )
     tokenizer: bool = Field(True, description="count prompt tokens with the DeepSeek tokenizer")
     log: LogConfig = Field(default_factory=LogConfig)
     limits: Limits = Field(default_factory=Limits)
@@ -68,6 +73,8 @@ class Config(_Strict):
         """This config with relative file paths made absolute against `base`."""
 
         def absolute(value: str) -> str:
+            if value in SCORER_NAMES:
+                return value
             return str(value if not value or Path(value).is_absolute() else (base / value).resolve())
 
         return self.model_copy(

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import asdict
 
+from classifiers.outcomes import LoggedOutcome
 from policies.learn import Observation, observation_from_log
 from router.logfile import iter_log_records
 from router.records import ReadStats, RouteRecord
@@ -28,3 +29,20 @@ def read_observations(paths: list[str]) -> Iterator[Observation]:
         observation = observation_from_log(asdict(record))
         if observation is not None:
             yield observation
+
+
+def read_log_outcomes(paths: list[str]) -> Iterator[LoggedOutcome]:
+    """What the classifier's trainer needs from each successful record."""
+    for record in read_records(paths):
+        profile = record.outcome.profile
+        cls = record.classifier.get("class")
+        if record.outcome.status != 200 or profile not in ("mtp", "plain") or not cls:
+            continue
+        yield LoggedOutcome(
+            features=record.features,
+            top_class=str(cls),
+            lang=str(record.classifier.get("lang") or "en"),
+            profile=profile,
+            acceptance=record.acceptance,
+            decode_tps=record.outcome.decode_tps or record.outcome.backend_tps,
+        )

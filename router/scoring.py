@@ -48,12 +48,13 @@ def score_safely(scorer: Scorer, view: RequestView, features: Features) -> Score
 
 
 def load_scorer(path: str) -> Scorer:
-    """The trained scorer at `path`; the rules when `path` is empty. Raises on a bad artifact."""
-    if not path:
+    """The scorer named by the config: "default" (the shipped artifact), "rules" (or empty),
+    or an artifact path. Raises `ArtifactError` on a bad artifact."""
+    if path in ("", "rules"):
         return RuleScorer()
-    from classifiers.model import load_artifact  # numpy only; no sklearn/torch
+    from classifiers.model import DEFAULT_ARTIFACT, load_artifact  # numpy only
 
-    scorer: Scorer = load_artifact(path)
+    scorer: Scorer = load_artifact(DEFAULT_ARTIFACT if path == "default" else path)
     return scorer
 
 
@@ -69,7 +70,7 @@ class ScorerHolder:
 
     def reload_if_changed(self) -> bool:
         stamp = self._file_stamp()
-        if not self.path or stamp == self._stamp or stamp is None:
+        if stamp == self._stamp or stamp is None:
             return False
         self._stamp = stamp
         try:
@@ -83,7 +84,7 @@ class ScorerHolder:
         return True
 
     def _file_stamp(self) -> tuple[int, int] | None:
-        if not self.path:
+        if self.path in ("", "rules", "default"):
             return None
         try:
             st = os.stat(self.path)

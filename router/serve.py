@@ -12,7 +12,8 @@ from aiohttp import web
 
 from router.app import create_app
 from router.state import Deps
-from router.config import Config
+from router.config import Config, ConfigError
+from router.logfile import LogFileError
 
 
 def configure_logging(log_format: str = "console") -> None:
@@ -37,14 +38,22 @@ def configure_logging(log_format: str = "console") -> None:
 def run(config: Config, *, log_format: str = "console", deps: Deps | None = None) -> int:
     configure_logging(log_format)
     _install_uvloop()
-    app = create_app(config, deps=deps)
+    try:
+        app = create_app(config, deps=deps)
+    except (ConfigError, ValueError, OSError) as exc:  # bad policy file, artifact, log path
+        print(f"specroute: cannot start:\n{exc}", file=sys.stderr)
+        return 2
     host, port = config.listen.host, config.listen.port
     print(f"specroute listening on http://{host}:{port}/v1", file=sys.stderr, flush=True)
     # handler_cancellation: a client that disconnects cancels its handler, which closes the
     # upstream request and so cancels the generation on the backend.
-    web.run_app(
-        app, host=host, port=port, handler_cancellation=True, access_log=None, print=None
-    )
+    try:
+        web.run_app(
+            app, host=host, port=port, handler_cancellation=True, access_log=None, print=None
+        )
+    except (LogFileError, OSError) as exc:  # the decision log cannot be opened, port taken
+        print(f"specroute: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -75,6 +75,7 @@ async def start_stack(
         backends=specs,
         default_backend="plain-0",
         tokenizer=False,
+        classifier="rules",  # routing mechanics under test, with a scorer whose verdicts are plain
         log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
         **extra,

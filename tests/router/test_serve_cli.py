@@ -50,6 +50,7 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
         f"  - {{name: mtp-0, engine: llamacpp, profile: mtp, url: 'http://127.0.0.1:{mtp.port}'}}\n"
         f"  - {{name: plain-0, engine: llamacpp, profile: plain, url: 'http://127.0.0.1:{plain.port}'}}\n"
         "tokenizer: false\n"
+        "classifier: rules\n"
         "log: {path: decisions.jsonl}\n"
     )
     port = _free_port()
@@ -75,3 +76,38 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["decision"]["backend"] == "mtp-0" and record["classifier"]["class"] == "code"
+
+
+def test_serve_refuses_to_start_on_a_bad_artifact(tmp_path: Path) -> None:
+    bad = tmp_path / "model.npz"
+    bad.write_bytes(b"not an artifact")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "backends:\n  - {name: a, profile: mtp, url: 'http://127.0.0.1:9'}\n"
+        f"classifier: {bad}\ntokenizer: false\nlog: {{path: d.jsonl}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "router", "serve", "--config", str(config)],
+        cwd=ROOT, capture_output=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert b"cannot start" in done.stderr and b"model.npz" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "backends:\n  - {name: a, profile: mtp, url: 'http://127.0.0.1:9'}\n"
+        "classifier: rules\ntokenizer: false\nlog: {path: d.jsonl}\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "router", "serve", "--config", str(config), "--port", str(port)],
+            cwd=ROOT, capture_output=True, timeout=60,
+        )
+    assert done.returncode == 2
+    assert b"cannot start" in done.stderr and b"Traceback" not in done.stderr
