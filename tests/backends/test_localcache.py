@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.localbuild import machine_tag
+from backends.engines import adapter_for
+from backends.localbuild import machine_tag, server_dir
 from backends.localcache import LocalBackendError, cache_root, exclusive, sha256_file
 from backends.localmodels import MODELS, ModelAsset, assemble_model, cached_model
+from backends.localpair import find_pair, local_pair_specs
 
 
 @pytest.mark.parametrize(
@@ -90,3 +92,31 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
     assert other.stdout.readline() == "got it\n"
     assert other.wait(timeout=30) == 0
     assert lines == []  # we took it without waiting
+
+
+def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
+    with pytest.raises(LocalBackendError, match="ensure qwen"):
+        local_pair_specs("qwen", plain_port=1, mtp_port=2, root=tmp_path)
+    server = server_dir(tmp_path) / "llama-server"
+    server.parent.mkdir(parents=True)
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    models = tmp_path / "models"
+    models.mkdir()
+    for key in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        (models / MODELS[key].file_name).write_bytes(b"gguf")
+    assert find_pair("qwen", tmp_path) is not None and find_pair("smollm2", tmp_path) is None
+
+    plain, mtp = local_pair_specs("qwen", plain_port=8101, mtp_port=8102, root=tmp_path,
+                                  threads=3, ctx=1024)
+    target = str(models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    draft = str(models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    tail = ("--ctx-size", "1024", "--parallel", "1", "--threads", "3",
+            "--alias", "qwen2.5-coder-1.5b-instruct-q4_k_m")
+    assert (plain.name, plain.profile, mtp.name, mtp.profile) == (
+        "qwen-plain", "plain", "qwen-mtp", "mtp")
+    assert adapter_for(plain).command(plain).argv == (
+        str(server), "-m", target, "--host", "127.0.0.1", "--port", "8101", "--metrics", *tail)
+    assert adapter_for(mtp).command(mtp).argv == (
+        str(server), "-m", target, "--host", "127.0.0.1", "--port", "8102", "--metrics",
+        "-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", "1", *tail)
