@@ -26,6 +26,8 @@ TOKEN_SAMPLE_CAP: Final = 192
 # Characters of the last user turn read for the CJK share and the code-line share.
 TEXT_SAMPLE_CAP: Final = 2_000
 CODE_SAMPLE_CAP: Final = 1_500
+# Characters of one line the code-line pattern reads (it backtracks on long prose lines).
+CODE_LINE_CAP: Final = 160
 # Without a tokenizer: a rough ratio for English/code (CJK is counted per character).
 FALLBACK_CHARS_PER_TOKEN: Final = 3.6
 
@@ -137,7 +139,7 @@ def _code_line_share(text: str) -> float:
     lines = [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
     if not lines:
         return 0.0
-    code = sum(1 for line in lines if _CODE_LINE.search(line))
+    code = sum(1 for line in lines if _CODE_LINE.search(line[:CODE_LINE_CAP]))
     return round(code / len(lines), 4)
 
 

@@ -21,12 +21,15 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float32]
 
 _FNV_PRIME = np.uint32(0x01000193)
+# The hashing scheme: any change to how text becomes indices bumps it (artifacts record it).
+HASH_SCHEME = 2
 
 
 @dataclass(frozen=True, slots=True)
 class HashSettings:
     """How text becomes bucket indices; stored in the artifact, checked on load."""
 
+    scheme: int = HASH_SCHEME
     dim: int = 1 << 17
     orders: tuple[int, ...] = (1, 2, 3, 4)
     user_head: int = 1200
@@ -36,12 +39,14 @@ class HashSettings:
     tools_head: int = 200
 
     def as_dict(self) -> dict[str, object]:
-        return {"dim": self.dim, "orders": list(self.orders), "user_head": self.user_head,
+        return {"scheme": self.scheme, "dim": self.dim, "orders": list(self.orders), "user_head": self.user_head,
                 "user_tail": self.user_tail, "context_tail": self.context_tail,
                 "system_head": self.system_head, "tools_head": self.tools_head}
 
     @staticmethod
     def from_dict(data: dict[str, object]) -> HashSettings:
+        if data.get("scheme") != HASH_SCHEME:
+            raise ValueError(f"hashing scheme {data.get('scheme')!r} is not {HASH_SCHEME}")
         orders = data.get("orders", [1, 2, 3, 4])
         return HashSettings(
             dim=int(str(data["dim"])),
@@ -81,15 +86,17 @@ def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:
     if not text:
         return np.zeros(0, dtype=np.int64)
     codes = np.frombuffer(" ".join(text.lower().split()).encode("utf-32-le"), dtype=np.uint32)
+    # FNV-style, extended one character per order: the hashes of the n-grams of order k are
+    # those of order k-1 combined with the next character (one vector pass per order).
     out = []
-    for order in settings.orders:
-        if codes.size < order:
-            continue
+    h = np.full(codes.size, np.uint32(2166136261 + 97 * seed), dtype=np.uint32)
+    for order in range(1, max(settings.orders) + 1):
         span = codes.size - order + 1
-        h = np.full(span, np.uint32(2166136261 + 97 * seed + order), dtype=np.uint32)
-        for k in range(order):
-            h = (h ^ codes[k: k + span]) * _FNV_PRIME
-        out.append(h)
+        if span <= 0:
+            break
+        h = (h[:span] ^ codes[order - 1: order - 1 + span]) * _FNV_PRIME
+        if order in settings.orders:
+            out.append(h)
     if not out:
         return np.zeros(0, dtype=np.int64)
     return (np.concatenate(out) % np.uint32(settings.dim)).astype(np.int64)

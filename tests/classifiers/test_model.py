@@ -78,6 +78,15 @@ def test_a_feature_schema_mismatch_is_refused(tiny_artifact: Path, tmp_path: Pat
         load_artifact(other)
 
 
+def test_another_hashing_scheme_is_refused(tiny_artifact: Path, tmp_path: Path) -> None:
+    with np.load(tiny_artifact) as npz:
+        settings = json.loads(str(npz["meta"]))["hash"]
+    other = tmp_path / "scheme1.npz"
+    _rewrite_meta(tiny_artifact, other, hash={**settings, "scheme": 1})
+    with pytest.raises(ArtifactError, match="hashing scheme 1"):
+        load_artifact(other)
+
+
 def test_tampered_weights_are_refused(tiny_artifact: Path, tmp_path: Path) -> None:
     tampered = tmp_path / "tampered.npz"
     with np.load(tiny_artifact) as npz:
