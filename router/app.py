@@ -28,6 +28,7 @@ from router.metrics import Metrics
 from router.pool import BackendPool
 from router.records import RouteRecord
 from router.scoring import ScorerHolder
+from router.supervision import record_restarts, supervise
 from router.state import (
     CONFIG, DEPS, METRICS, POLICY, POOL, RECENT, SCORER, SESSION, SESSIONS, SINKS, TOKENS, Deps,
 )
@@ -62,6 +63,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[RECENT] = RecentRecords()
     app[SINKS] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add), *deps.sinks]
     app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)
     app.cleanup_ctx.append(_reloader)
     handlers.add_routes(app)
@@ -118,9 +120,11 @@ async def _reloader(app: web.Application) -> AsyncIterator[None]:
 async def _reload_loop(app: web.Application) -> None:
     """Hot reload: the policy and learned state, the classifier artifact; expire sessions."""
     deps = app[DEPS]
+    restarts_seen: dict[str, int] = {}
     while True:
         await asyncio.sleep(deps.reload_interval_s)
         reload_once(app)
+        record_restarts(app, restarts_seen)
 
 
 def reload_once(app: web.Application) -> None:

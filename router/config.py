@@ -41,6 +41,14 @@ class Limits(_Strict):
     )
 
 
+class SupervisorConfig(_Strict):
+    log_dir: str = Field("logs/backends", description="stdout/stderr of launched backends")
+    health_interval_s: float = Field(5.0, gt=0, description="health probe period")
+    startup_probe: bool = Field(
+        True, description="at start, check both profiles serve one model and mtp speculates"
+    )
+
+
 class Config(_Strict):
     listen: Listen = Field(default_factory=Listen)
     backends: list[BackendSpec] = Field(..., min_length=1)
@@ -54,6 +62,7 @@ class Config(_Strict):
     tokenizer: bool = Field(True, description="count prompt tokens with the DeepSeek tokenizer")
     log: LogConfig = Field(default_factory=LogConfig)
     limits: Limits = Field(default_factory=Limits)
+    supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
 
     @model_validator(mode="after")
     def _names(self) -> Config:
@@ -82,6 +91,9 @@ class Config(_Strict):
                 "policy": absolute(self.policy),
                 "classifier": absolute(self.classifier),
                 "log": self.log.model_copy(update={"path": absolute(self.log.path)}),
+                "supervisor": self.supervisor.model_copy(
+                    update={"log_dir": absolute(self.supervisor.log_dir)}
+                ),
             }
         )
 

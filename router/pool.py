@@ -58,8 +58,9 @@ class BackendPool:
         backend = self._backends[name]
         backend.probe_healthy = healthy
         if healthy:
-            backend.failed_until = 0.0
-        backend.last_error = error or backend.last_error
+            backend.failed_until = 0.0  # a restarted backend takes traffic at once
+        else:
+            backend.last_error = error or backend.last_error
 
     def mark_failed(self, name: str, now: float, error: str) -> None:
         backend = self._backends.get(name)

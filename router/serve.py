@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from backends.capability import CapabilityError
+from backends.supervisor import BackendStartError
 from router.app import create_app
 from router.state import Deps
 from router.config import Config, ConfigError
@@ -51,7 +53,9 @@ def run(config: Config, *, log_format: str = "console", deps: Deps | None = None
         web.run_app(
             app, host=host, port=port, handler_cancellation=True, access_log=None, print=None
         )
-    except (LogFileError, OSError) as exc:  # the decision log cannot be opened, port taken
+    except (LogFileError, OSError, BackendStartError, CapabilityError) as exc:
+        # the decision log cannot be opened, the port is taken, a backend did not start, or the
+        # pair does not match
         print(f"specroute: cannot start: {exc}", file=sys.stderr)
         return 2
     return 0

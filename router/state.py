@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from classifiers.features import TokenCounter
+from backends.supervisor import Supervisor
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router.config import Config
@@ -54,3 +55,4 @@ TOKENS = web.AppKey("count_tokens", object)
 SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
+SUPERVISOR = web.AppKey("supervisor", Supervisor)

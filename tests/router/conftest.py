@@ -15,7 +15,7 @@ from backends.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from router.app import create_app
 from router.state import Deps
-from router.config import Config, Limits, LogConfig
+from router.config import Config, Limits, LogConfig, SupervisorConfig
 from router.records import RouteRecord
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
@@ -61,6 +61,7 @@ async def start_stack(
     policy: str | None = None,
     mtp: SimState | None = None,
     plain: SimState | None = None,
+    health_interval_s: float = 5.0,
 ) -> Stack:
     mtp = mtp or SimState(profile="mtp", acceptance={"technical": 0.8})
     plain = plain or SimState(profile="plain")
@@ -78,10 +79,16 @@ async def start_stack(
         classifier="rules",  # routing mechanics under test, with a scorer whose verdicts are plain
         log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
+        # health checks run (real supervisor); the start probe would add requests to count
+        supervisor=SupervisorConfig(
+            log_dir=str(tmp_path / "backends"), startup_probe=False,
+            health_interval_s=health_interval_s,
+        ),
         **extra,
     )
     sink = ListSink()
-    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,))))
+    # No exploration: tests assert where requests go (exploration has its own tests).
+    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,), explore=False)))
     return Stack(proxy, mtp, plain, sink, config, mtp_server, plain_server)
 
 
