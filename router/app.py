@@ -28,10 +28,21 @@ from router.metrics import Metrics
 from router.pool import BackendPool
 from router.records import RouteRecord
 from router.scoring import ScorerHolder
-from router.supervision import record_restarts, supervise
 from router.state import (
-    CONFIG, DEPS, METRICS, POLICY, POOL, RECENT, SCORER, SESSION, SESSIONS, SINKS, TOKENS, Deps,
+    CONFIG,
+    DEPS,
+    METRICS,
+    POLICY,
+    POOL,
+    RECENT,
+    SCORER,
+    SESSION,
+    SESSIONS,
+    SINKS,
+    TOKENS,
+    Deps,
 )
+from router.supervision import record_restarts, supervise
 
 log = structlog.get_logger("specroute")
 

@@ -60,7 +60,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.set_defaults(func=_demo)
 
 
-def _registrars() -> list[Callable[["Subparsers"], None]]:
+def _registrars() -> list[Callable[[Subparsers], None]]:
     """The `register` functions of the other packages' command modules, with the log readers
     they need injected (the decision-log schema lives in `router`)."""
     from classifiers import commands as classifier_commands

@@ -22,10 +22,10 @@ import openai
 from backends.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from router.app import create_app
-from router.state import Deps
 from router.config import Config, LogConfig
 from router.records import RouteRecord
 from router.serve import start_site
+from router.state import Deps
 from router.workload import WorkItem, class_by_key, requests_for
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost

@@ -43,7 +43,7 @@ class ScoreOutcome:
 def score_safely(scorer: Scorer, view: RequestView, features: Features) -> ScoreOutcome:
     try:
         return ScoreOutcome(scorer.score(view, features))
-    except Exception as exc:  # any scorer bug degrades to the policy's fallback
+    except Exception as exc:  # noqa: BLE001  # any scorer bug degrades to the fallback
         return ScoreOutcome(None, f"{type(exc).__name__}: {exc}")
 
 
@@ -75,7 +75,7 @@ class ScorerHolder:
         self._stamp = stamp
         try:
             self.current = load_scorer(self.path)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  # a bad artifact leaves the old one in force
             self.reloads_failed += 1
             log.warning("classifier_reload_failed", path=self.path, error=str(exc))
             return False

@@ -13,9 +13,9 @@ from aiohttp import web
 from backends.capability import CapabilityError
 from backends.supervisor import BackendStartError
 from router.app import create_app
-from router.state import Deps
 from router.config import Config, ConfigError
 from router.logfile import LogFileError
+from router.state import Deps
 
 
 def configure_logging(log_format: str = "console") -> None:

@@ -13,8 +13,8 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
-from classifiers.features import TokenCounter
 from backends.supervisor import Supervisor
+from classifiers.features import TokenCounter
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router.config import Config
