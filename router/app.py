@@ -23,6 +23,7 @@ from router import handlers
 from router.config import Config
 from router.dashboard import RecentRecords, add_dashboard_routes
 from router.errors import openai_errors
+from router.learning import background_learner
 from router.logfile import DecisionLog
 from router.metrics import Metrics
 from router.pool import BackendPool
@@ -77,6 +78,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)
     app.cleanup_ctx.append(_reloader)
+    app.cleanup_ctx.append(background_learner)
     handlers.add_routes(app)
     add_dashboard_routes(app, records_source=app[RECENT].snapshot, status_source=lambda: _status(app))
     return app

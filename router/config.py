@@ -49,6 +49,12 @@ class SupervisorConfig(_Strict):
     )
 
 
+class LearnConfig(_Strict):
+    interval_s: float = Field(
+        300.0, ge=0, description="learn thresholds from the decision log this often (0: never)"
+    )
+
+
 class Config(_Strict):
     listen: Listen = Field(default_factory=Listen)
     backends: list[BackendSpec] = Field(..., min_length=1)
@@ -63,6 +69,7 @@ class Config(_Strict):
     log: LogConfig = Field(default_factory=LogConfig)
     limits: Limits = Field(default_factory=Limits)
     supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
+    learn: LearnConfig = Field(default_factory=LearnConfig)
 
     @model_validator(mode="after")
     def _names(self) -> Config:

@@ -1,0 +1,54 @@
+"""The background learner: every `learn.interval_s`, learn the thresholds from the decision log
+and write the learned state next to the policy, where the store hot-reloads it.
+
+Learning reads the whole rotated log (bounded by `log.rotate_mb * log.keep`) and does
+arithmetic: it runs in a worker thread so that the event loop keeps relaying streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import structlog
+from aiohttp import web
+
+from policies.commands import learn_to_file
+from policies.learned import LearnedState
+from router.logreaders import read_observations
+from router.state import CONFIG, DEPS, POLICY
+
+log = structlog.get_logger("specroute")
+
+
+def learn_now(app: web.Application, now: datetime) -> LearnedState:
+    """Learn from the decision log under the policy in force; write the state atomically."""
+    store = app[POLICY]
+    observations = list(read_observations([app[CONFIG].log.path]))
+    state = learn_to_file(observations, store.policy, store.learned_path, created=now.isoformat())
+    log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
+             trusted=sorted(k for k, b in state.beliefs.items() if b.trusted),
+             path=str(store.learned_path))
+    return state
+
+
+async def background_learner(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: the periodic learning task (off when `learn.interval_s` is 0)."""
+    interval = app[CONFIG].learn.interval_s
+    task = asyncio.create_task(_loop(app, interval)) if interval > 0 else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _loop(app: web.Application, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(learn_now, app, app[DEPS].wall_clock())
+        except (OSError, ValueError) as exc:  # an unreadable log: try again next time
+            log.warning("learn_failed", error=str(exc))

@@ -1,0 +1,50 @@
+"""The background learner, end to end: logged outcomes -> learned state -> hot reload -> routes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+from backends.simulator import SimState
+from router.app import reload_once
+from router.config import DEFAULT_POLICY
+from router.learning import learn_now
+from tests.router.conftest import ServerFactory, start_stack
+from tests.router.test_proxy_openai import GREEDY_TECH
+
+
+async def _send(base_url: str, route: str, n: int, tag: str = "") -> list[str]:
+    reasons = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(n):
+            headers = {"x-specroute-route": route, "x-specroute-conversation": f"{route}{tag}-{i}"}
+            body = {**GREEDY_TECH, "max_tokens": 20 + i}  # distinct requests
+            async with session.post(f"{base_url}/chat/completions", json=body, headers=headers) as r:
+                assert r.status == 200
+                reasons.append(f"{r.headers['x-specroute-profile']}:{r.headers['x-specroute-reason']}")
+    return reasons
+
+
+async def test_learner_moves_a_class_to_plain_when_speculation_loses(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text().replace("min_samples: 30", "min_samples: 4"))
+    # technical text: drafts rarely accepted, so the 2-row verify costs more than it brings
+    mtp = SimState(profile="mtp", acceptance={"technical": 0.2}, reply_tokens=32)
+    stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy), mtp=mtp)
+    assert (await _send(stack.base_url, "auto", 1))[0].startswith("mtp:")  # the prior says mtp
+
+    await _send(stack.base_url, "mtp", 6)
+    await _send(stack.base_url, "plain", 6)
+    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    belief = state.belief("technical", "en")
+    assert belief is not None and belief.trusted
+    assert belief.speedup < 1.0
+    assert (tmp_path / "policy.learned.json").exists()
+
+    reload_once(stack.proxy.app)
+    after = await _send(stack.base_url, "auto", 3, tag="-new")
+    assert after == ["plain:learned"] * 3
