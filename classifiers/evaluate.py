@@ -19,6 +19,17 @@ from classifiers.data.rows import Row, stable_hash
 from classifiers.scores import CLASSES
 
 HELDOUT_BUCKETS: Final = 5  # one family in five is held out
+_CAVEATS: Final = (
+    "Reading the figures:",
+    ("- `*_real` slices score real rows only (no derived or synthetic rows); `zh` is the "
+     "language the user writes in."),
+    ("- Labels of mixed sources come from rules (`classifiers/data/labels.py`, and the actual "
+     "reply for glaive turns); those rules were revised while reading held-out errors, so the "
+     "held-out figures are somewhat optimistic. Leave-one-source-out is the figure for traffic "
+     "unlike any training source."),
+    ("- For a source of one class, macro-F1 is that class's F1 (its precision is 1 by "
+     "construction), i.e. it measures recall."),
+)
 Mask = npt.NDArray[np.bool_]
 Labels = npt.NDArray[np.int64]
 
@@ -96,7 +107,7 @@ def write_report(md_path: Path, png_path: Path, evaluation: dict[str, Any],
     lines += ["", ("Held-out = families (a source's subsets or hash buckets) never seen in "
                    "training; derived rows go with their origin. Macro-F1 averages the classes "
                    "present in a slice. The shipped model is refit on every row after "
-                   "evaluation."), ""]
+                   "evaluation."), "", *_CAVEATS, ""]
     lines += ["## Summary", "", "| slice | n | accuracy | macro-F1 |", "|---|---|---|---|"]
     for name, result in evaluation["slices"].items():
         lines.append(f"| {name} | {result['n']} | {result['accuracy']:.3f} | "
