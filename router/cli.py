@@ -53,22 +53,29 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo", help="replay a mixed workload through the router and print a table per class",
         formatter_class=Formatter,
     )
-    demo.add_argument("--backends", choices=("fake", "local"), default="fake",
-                      help="fake: built-in simulated engines; local: the real llama.cpp pair")
-    demo.add_argument("--requests", type=int, default=40, help="requests to replay")
-    demo.add_argument("--log", default="logs/demo-decisions.jsonl", help="decision log to write")
+    demo.add_argument("--backends", choices=("local", "fake"), default="local",
+                      help="local: the real llama.cpp pair (built and cached on first use); "
+                      "fake: two simulated GB10-paced engines")
+    demo.add_argument("--requests", type=int, default=10, help="requests per phase")
+    demo.add_argument("--max-tokens", type=int, default=None,
+                      help="max_tokens of each request (default: 32 local, 128 fake)")
+    demo.add_argument("--min-samples", type=int, default=2,
+                      help="requests per arm before the demo policy trusts what it learned")
+    demo.add_argument("--out", default="logs/demo", help="where the demo writes its log and policy")
     demo.set_defaults(func=_demo)
 
 
 def _registrars() -> list[Callable[[Subparsers], None]]:
     """The `register` functions of the other packages' command modules, with the log readers
     they need injected (the decision-log schema lives in `router`)."""
+    from backends import commands as backend_commands
     from classifiers import commands as classifier_commands
     from policies import commands as policy_commands
     from router import ops_commands
     from router.logreaders import read_log_outcomes, read_observations
 
     return [
+        lambda sub: backend_commands.register(sub, load_config=lambda p: load_config(p).backends),
         lambda sub: classifier_commands.register(sub, read_log_outcomes=read_log_outcomes),
         lambda sub: policy_commands.register(sub, read_observations=read_observations),
         ops_commands.register,
@@ -96,7 +103,8 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 def _demo(args: argparse.Namespace) -> int:
     from router.demo import run_demo
 
-    return run_demo(backends=args.backends, requests=args.requests, log_path=args.log)
+    return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
+                    min_samples=args.min_samples, out=args.out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

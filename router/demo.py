@@ -1,18 +1,25 @@
 """`specroute demo`: the router in front of a backend pair, a mixed workload, a table per class.
 
-With `--backends fake` (the embedded default until the local pair is built) both instances are
-simulated engines pacing tokens by the GB10 cost model with per-class acceptance, so the table
-shows what specroute is for. Each request is sent three times: pinned to `mtp`, pinned to
-`plain` (to measure both instances) and on `auto` (the route specroute chooses).
+`--backends local` (what `make demo` runs) builds once and caches llama-server and the Qwen2.5-
+Coder 1.5B target / 0.5B draft pair, launches a plain and a depth-1 instance on loopback and
+puts the router in front of them. `--backends fake` uses two simulated engines pacing tokens by
+the GB10 cost model with per-class acceptance (seconds, nothing to build).
+
+Three phases, all through the `openai` SDK: every request pinned to `mtp` and to `plain`
+(measuring both instances), then `specroute learn` on the decision log (the demo policy trusts
+a class after `--min-samples` requests per arm), then every request on `auto`: the route the
+learner chose for this machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -21,8 +28,10 @@ import openai
 
 from backends.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
-from router.app import create_app
-from router.config import Config, LogConfig
+from policies.learned import LearnedState
+from router.app import create_app, reload_once
+from router.config import DEFAULT_POLICY, Config, LogConfig, SupervisorConfig
+from router.learning import learn_now
 from router.records import RouteRecord
 from router.serve import start_site
 from router.state import Deps
@@ -33,6 +42,7 @@ from router.workload import WorkItem, class_by_key, requests_for
 GB10_ACCEPTANCE = {"agent": 0.926, "code": 0.854, "technical": 0.802, "prose": 0.604, "chat": 0.602}
 DEMO_TIME_SCALE = 0.15  # the simulated engines run at 0.15x of GB10 step times
 CLASSES = ("agent", "code", "technical", "prose", "chat")
+Stop = Any
 
 
 class _Collect:
@@ -43,66 +53,114 @@ class _Collect:
         self.records.append(record)
 
 
-def run_demo(*, backends: str, requests: int, log_path: str) -> int:
-    if backends != "fake":
-        print("specroute demo: the local llama.cpp pair is not available in this build; "
-              "use --backends fake", file=sys.stderr)
-        return 2
-    return asyncio.run(_demo_fake(requests, log_path))
+def run_demo(
+    *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str
+) -> int:
+    # Short replies keep the real CPU pair quick; the simulated engines can afford longer ones,
+    # which keeps per-request acceptance close to the class's (fewer cycles, more noise).
+    tokens = max_tokens or (32 if backends == "local" else 128)
+    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve()))
 
 
-async def _demo_fake(n: int, log_path: str) -> int:
-    print("specroute demo: two SIMULATED engines (GB10 cost model, per-class acceptance), "
-          f"time scale {DEMO_TIME_SCALE}x; the router in front; {n} requests x 3 passes.")
-    truth = class_by_key()
-    sims = [
-        SimState(profile=p, cost=CostModel(), acceptance=GB10_ACCEPTANCE, reply_tokens=32,
-                 time_scale=DEMO_TIME_SCALE, model="deepseek-v4-flash-sim",
-                 class_of=lambda body: truth.get(_last_text(body), "technical"))
-        for p in ("mtp", "plain")
-    ]
-    stops = []
-    specs = []
-    for sim in sims:
-        _, port, stop = await start_site(create_sim_app(sim))
-        stops.append(stop)
-        specs.append(BackendSpec(name=f"{sim.profile}-0", engine="llamacpp", profile=sim.profile,
-                                 url=f"http://127.0.0.1:{port}"))
-    collect = _Collect()
-    config = Config(backends=specs, log=LogConfig(path=str(Path(log_path).resolve())))
-    _, port, stop_router = await start_site(create_app(config, deps=Deps(sinks=(collect,))))
-    stops.insert(0, stop_router)
+async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.jsonl*"):
+        stale.unlink()  # a fresh log: the learner should see this run only
+    (out / "policy.learned.json").unlink(missing_ok=True)
+    policy = out / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text().replace(
+        "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early"))
+    stops: list[Stop] = []
     try:
-        print(f"router on http://127.0.0.1:{port}/v1 ; decision log {config.log.path}")
-        true_class = await _replay(
-            f"http://127.0.0.1:{port}/v1", requests_for(n, model="deepseek-v4-flash-sim")
+        specs, model = await _backends(backends, stops)
+        collect = _Collect()
+        config = Config(
+            backends=specs, policy=str(policy), learn={"interval_s": 0},
+            log=LogConfig(path=str(out / "decisions.jsonl")),
+            supervisor=SupervisorConfig(log_dir=str(out / "backends")),
         )
+        app = create_app(config, deps=Deps(sinks=(collect,), explore=False))
+        print("starting the router" + (" and the two llama-server instances" if backends == "local" else ""))
+        _, port, stop_router = await start_site(app)
+        stops.insert(0, stop_router)
+        base_url = f"http://127.0.0.1:{port}/v1"
+        print(f"router on {base_url} ; decision log {config.log.path}")
+        items = requests_for(n, model=model, max_tokens=max_tokens)
+        true_class = await _replay(base_url, items, ("mtp", "plain"), "measure both instances")
+        state = learn_now(app, datetime.now(UTC))
+        reload_once(app)
+        print(_learned_routes(state))
+        true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")
     finally:
         for stop in stops:
             await stop()
     print()
     print(format_table(collect.records, true_class))
-    print(f"\n{len(collect.records)} decisions logged to {config.log.path}")
+    print(f"\n{len(collect.records)} decisions in {config.log.path}")
+    print(f"  specroute tail {config.log.path}          # one line per request")
+    print(f"  specroute report {config.log.path} --project-onto gb10   # the same traffic on a GB10")
     return 0
 
 
-async def _replay(base_url: str, items: Sequence[WorkItem]) -> dict[str, str]:
-    """Send every item pinned to each profile and on auto; request id -> true class."""
+async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], str]:
+    if kind == "local":
+        return _local_specs()
+    print("specroute demo: two SIMULATED engines (GB10 cost model, per-class acceptance), "
+          f"time scale {DEMO_TIME_SCALE}x")
+    truth = class_by_key()
+    specs = []
+    for profile in ("mtp", "plain"):
+        sim = SimState(profile=profile, cost=CostModel(), acceptance=GB10_ACCEPTANCE,
+                       reply_tokens=1024, time_scale=DEMO_TIME_SCALE, model="deepseek-v4-flash-sim",
+                       class_of=lambda body: truth.get(_last_text(body), "technical"))
+        _, port, stop = await start_site(create_sim_app(sim))
+        stops.append(stop)
+        specs.append(BackendSpec(name=f"{profile}-0", engine="llamacpp", profile=profile,
+                                 url=f"http://127.0.0.1:{port}"))
+    return specs, "deepseek-v4-flash-sim"
+
+
+def _local_specs() -> tuple[list[BackendSpec], str]:
+    from backends.localpair import ensure_pair, local_pair_specs
+
+    print("specroute demo: the real local llama.cpp pair (Qwen2.5-Coder 1.5B, draft 0.5B, depth 1);"
+          " the first run builds and downloads into the cache (~10-15 minutes), later runs reuse it")
+    pair = ensure_pair("qwen")
+    specs = local_pair_specs("qwen", plain_port=_free_port(), mtp_port=_free_port())
+    return specs, pair.target.stem
+
+
+async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str], what: str) -> dict[str, str]:
+    """Send every item on each route; request id -> true class."""
     started = time.perf_counter()
     true_class: dict[str, str] = {}
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0) as client:
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="demo", max_retries=0, timeout=600) as client:
         for index, item in enumerate(items):
-            for route in ("mtp", "plain", "auto"):
+            for route in routes:
                 raw = await client.chat.completions.with_raw_response.create(
-                    **item.body, extra_headers={"x-specroute-route": route}
+                    **item.body, extra_headers={"x-specroute-route": route,
+                                                "x-specroute-conversation": f"{route}-{index}"}
                 )
                 true_class[raw.headers.get("x-specroute-request-id", "")] = item.true_class
                 async for _ in raw.parse():
                     pass
-            print(f"\r  replayed {index + 1}/{len(items)} ({time.perf_counter() - started:.1f} s)",
-                  end="", flush=True)
-    print()
+            done = index + 1
+            if sys.stdout.isatty() or done == len(items) or done % 5 == 0:
+                end = "" if sys.stdout.isatty() and done < len(items) else "\n"
+                print(f"\r  {what}: {done}/{len(items)} requests "
+                      f"({time.perf_counter() - started:.0f} s)", end=end, flush=True)
     return true_class
+
+
+def _learned_routes(state: LearnedState) -> str:
+    lines = [f"learned from {state.n_observations} requests (predicted mtp/plain speedup per class):"]
+    for key, belief in sorted(state.beliefs.items()):
+        if belief.lang == "*":
+            continue
+        verdict = "mtp" if belief.speedup > 1 else "plain"
+        trust = "" if belief.trusted else " (not trusted yet)"
+        lines.append(f"  {key:<14} {belief.speedup:6.3f} +- {belief.se:.3f} -> {verdict}{trust}")
+    return "\n".join(lines)
 
 
 def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) -> str:
@@ -111,14 +169,15 @@ def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) 
     for r in records:
         row = rows[true_class.get(r.request_id) or str(r.classifier.get("class"))]
         if r.decision["reason"] == "header":
-            if r.outcome.decode_tps:
-                row[f"tps_{r.outcome.profile}"].append(r.outcome.decode_tps)
+            tps = r.outcome.decode_tps or r.outcome.backend_tps
+            if tps:
+                row[f"tps_{r.outcome.profile}"].append(tps)
             if r.acceptance is not None:
                 row["acceptance"].append(r.acceptance)
         else:
             row["routes"].append(r.outcome.profile)
             row["classified"].append(r.classifier.get("class"))
-    header = (f"{'class':<10} {'n':>3} {'classified as':<18} {'route (auto)':<14} "
+    header = (f"{'class':<10} {'n':>3} {'classified as':<22} {'route (auto)':<14} "
               f"{'accept':>6} {'mtp tok/s':>9} {'plain tok/s':>11} {'mtp/plain':>9}")
     lines = [header, "-" * len(header)]
     for cls in CLASSES:
@@ -128,7 +187,7 @@ def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) 
         mtp, plain = _median(row["tps_mtp"]), _median(row["tps_plain"])
         ratio = f"{mtp / plain:9.3f}" if mtp and plain else f"{'-':>9}"
         lines.append(
-            f"{cls:<10} {len(row['routes']):>3} {_counts(row['classified']):<18} "
+            f"{cls:<10} {len(row['routes']):>3} {_counts(row['classified']):<22} "
             f"{_counts(row['routes']):<14} {_fmt(_median(row['acceptance']), 6, 2)} "
             f"{_fmt(mtp, 9, 1)} {_fmt(plain, 11, 1)} {ratio}"
         )
@@ -154,3 +213,10 @@ def _last_text(body: Mapping[str, Any]) -> str:
     messages = body.get("messages") or [{}]
     content = messages[-1].get("content") if isinstance(messages[-1], dict) else ""
     return content if isinstance(content, str) else str(content)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
