@@ -92,11 +92,21 @@ MIXED: Final[tuple[WorkItem, ...]] = (
 )
 
 
+def interleaved() -> list[WorkItem]:
+    """The workload with classes taken in turn, so that any prefix covers every class."""
+    by_class: dict[str, list[WorkItem]] = {}
+    for item in MIXED:
+        by_class.setdefault(item.true_class, []).append(item)
+    rounds = max(len(items) for items in by_class.values())
+    return [items[r] for r in range(rounds) for items in by_class.values() if r < len(items)]
+
+
 def requests_for(n: int, *, model: str, stream: bool = True, max_tokens: int = 64) -> list[WorkItem]:
-    """`n` greedy requests cycling through the mixed workload, ready to send."""
+    """`n` greedy requests cycling through the mixed workload (classes in turn), ready to send."""
+    order = interleaved()
     items = []
     for i in range(n):
-        item = MIXED[i % len(MIXED)]
+        item = order[i % len(order)]
         body = {**item.body, "model": model, "temperature": 0, "max_tokens": max_tokens, "stream": stream}
         items.append(WorkItem(item.true_class, item.lang, body))
     return items
