@@ -38,16 +38,16 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.simulator import CostModel, SimState, create_sim_app  # noqa: E402
-from bench.mixed_workload import BenchRequest, class_of, make_requests  # noqa: E402
-from classifiers import rules  # noqa: E402
-from classifiers.features import Features, extract  # noqa: E402
-from classifiers.request_view import view_request  # noqa: E402
-from classifiers.scores import Scores  # noqa: E402
-from policies.decide import BackendState, decide  # noqa: E402
-from policies.learn import Observation, learn  # noqa: E402
-from policies.learned import EMPTY_STATE, LearnedState, acceptance_for_speedup  # noqa: E402
-from policies.schema import Exploration, Policy  # noqa: E402
+from backends.simulator import CostModel, SimState, create_sim_app
+from bench.mixed_workload import BenchRequest, class_of, make_requests
+from classifiers import rules
+from classifiers.features import Features, extract
+from classifiers.request_view import view_request
+from classifiers.scores import Scores
+from policies.decide import BackendState, decide
+from policies.learn import Observation, learn
+from policies.learned import EMPTY_STATE, LearnedState, acceptance_for_speedup
+from policies.schema import Exploration, Policy
 
 BACKENDS = (BackendState("mtp-0", "mtp"), BackendState("plain-0", "plain"))
 
@@ -115,8 +115,8 @@ async def measure_pool(
     # a fresh connection per request: llama-server closes idle keep-alive connections
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for profile in urls:  # warm-up: page the weights in before anything is timed
-            await stream_once(session, urls[profile], {**requests[0].body, "max_tokens": 8})
+        for url in urls.values():  # warm-up: page the weights in before anything is timed
+            await stream_once(session, url, {**requests[0].body, "max_tokens": 8})
         for i, request in enumerate(requests):
             if time.monotonic() > deadline:
                 print(f"  measuring stopped at the time limit after {i} requests", file=sys.stderr)

@@ -26,14 +26,20 @@ def describe_policy(policy: Policy) -> list[str]:
     formats = {str(k): v for k, v in o.response_format.items()}
     lines = [
         "Rules, in the order they are checked (the first that applies wins):",
-        f"  1. overrides.header           x-specroute-route: mtp|plain "
-        f"({'honoured' if o.header else 'ignored'})",
+        (
+            f"  1. overrides.header           x-specroute-route: mtp|plain "
+            f"({'honoured' if o.header else 'ignored'})"
+        ),
         f"  2. overrides.models           {pairs(o.models)}",
         f"  3. overrides.api_keys         {pairs(o.api_keys)}",
-        f"  4. overrides.sampled          temperature > 0 -> {o.sampled or '(no rule)'}"
-        f"  (unset temperature taken as {a.temperature:g})",
-        f"  5. overrides.thinking         thinking mode -> {o.thinking or '(no rule)'}"
-        f"  (unset thinking taken as {'on' if a.thinking else 'off'})",
+        (
+            f"  4. overrides.sampled          temperature > 0 -> {o.sampled or '(no rule)'}"
+            f"  (unset temperature taken as {a.temperature:g})"
+        ),
+        (
+            f"  5. overrides.thinking         thinking mode -> {o.thinking or '(no rule)'}"
+            f"  (unset thinking taken as {'on' if a.thinking else 'off'})"
+        ),
         f"  6. overrides.response_format  {pairs(formats)}",
         f"  7. routes                     {routes}; default: {policy.default}",
     ]
@@ -43,10 +49,14 @@ def describe_policy(policy: Policy) -> list[str]:
     e, s = policy.exploration, policy.stickiness
     lines += [
         f"  classifier failure -> {policy.fallback}",
-        f"Exploration: up to {e.rate:.0%} of auto-routed requests go against the belief; a"
-        f" learned value counts after {e.min_samples} requests on each arm it needs.",
-        f"Stickiness: {'on' if s.enabled else 'off'}; a conversation is forgotten after"
-        f" {s.ttl_s:g} s idle; at most {s.max_conversations} remembered.",
+        (
+            f"Exploration: up to {e.rate:.0%} of auto-routed requests go against the belief;"
+            f" a learned value counts after {e.min_samples} requests on each arm it needs."
+        ),
+        (
+            f"Stickiness: {'on' if s.enabled else 'off'}; a conversation is forgotten after"
+            f" {s.ttl_s:g} s idle; at most {s.max_conversations} remembered."
+        ),
     ]
     return lines
 
@@ -55,9 +65,11 @@ def describe_state(state: LearnedState, policy: Policy, path: str) -> list[str]:
     if not state.beliefs:
         return [f"Learned state ({path}): nothing learned yet; auto routes use p_spec >= 0.5."]
     lines = [
-        f"Learned state ({path}, created {state.created or '?'}): "
-        f"{state.n_observations} requests learned from, {state.n_skipped} skipped "
-        "(sampled or thinking decoding)."
+        (
+            f"Learned state ({path}, created {state.created or '?'}): "
+            f"{state.n_observations} requests learned from, {state.n_skipped} skipped "
+            "(sampled or thinking decoding)."
+        )
     ]
     if state.cost is not None:
         lines += _describe_cost(state.cost)
@@ -82,11 +94,15 @@ def _describe_cost(cost: CostFit) -> list[str]:
     prefill = ", ".join(f"{p} {ms:.2f}" for p, ms in sorted(cost.prefill_ms_per_token.items()))
     cached = ", ".join(f"{p} {share:.0%}" for p, share in sorted(cost.cached_share.items()))
     return [
-        f"  step costs: plain {cost.t_plain_ms:.1f} ms, gate-skipped cycle {cost.t_skip_ms:.1f}"
-        f" ms, verified cycle {cost.t_verify_ms:.1f} ms (fit error {cost.fit_error:.1%};"
-        f" {cost.n_plain} plain, {cost.n_mtp} mtp requests)",
-        f"  prefill ms per uncached prompt token: {prefill or '(not measured)'}; mean reply"
-        f" {cost.mean_completion_tokens:.0f} tokens",
+        (
+            f"  step costs: plain {cost.t_plain_ms:.1f} ms, gate-skipped cycle"
+            f" {cost.t_skip_ms:.1f} ms, verified cycle {cost.t_verify_ms:.1f} ms (fit error"
+            f" {cost.fit_error:.1%}; {cost.n_plain} plain, {cost.n_mtp} mtp requests)"
+        ),
+        (
+            f"  prefill ms per uncached prompt token: {prefill or '(not measured)'}; mean reply"
+            f" {cost.mean_completion_tokens:.0f} tokens"
+        ),
         f"  prompt tokens served from the KV cache (stickiness at work): {cached or '-'}",
     ]
 
@@ -101,9 +117,11 @@ def describe_request(
     temperature = "unset" if features.temperature < 0 else f"{features.temperature:g}"
     thinking = "unset" if features.thinking_unset else ("on" if features.thinking else "off")
     lines = [
-        f"Request: class {scores.top_class} (lang {scores.lang}), p_spec {scores.p_spec:.2f};"
-        f" temperature {temperature}, thinking {thinking}, ~{features.prompt_tokens} prompt"
-        " tokens",
+        (
+            f"Request: class {scores.top_class} (lang {scores.lang}), p_spec"
+            f" {scores.p_spec:.2f}; temperature {temperature}, thinking {thinking},"
+            f" ~{features.prompt_tokens} prompt tokens"
+        ),
         f"Decision: {decision.profile} by {decision.rule} (reason {decision.reason}"
         + (f", threshold {_threshold(decision.threshold)})" if decision.threshold is not None
            else ")"),

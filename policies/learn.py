@@ -31,7 +31,7 @@ from policies.learned import (
 from policies.observation import Observation, observation_from_log
 from policies.schema import Assume
 
-__all__ = ["Observation", "observation_from_log", "learn", "fit_costs", "N_BINS"]
+__all__ = ["N_BINS", "Observation", "fit_costs", "learn", "observation_from_log"]
 
 N_BINS: Final = 10
 # Pseudo-observations a bin borrows from its class (and a class from all classes).
@@ -151,8 +151,7 @@ def _fit_cycle_costs(spec: Sequence[Observation], t_plain: float) -> tuple[float
     sxx, bx = sxx + prior, bx + prior * t_plain
     det = sxx * syy - sxy * sxy
     t_skip = (bx * syy - by * sxy) / det if abs(det) > 1e-9 * sxx * syy else t_plain
-    if t_skip < t_plain:
-        t_skip = t_plain
+    t_skip = max(t_skip, t_plain)
     t_verify = (by - sxy * t_skip) / syy
     return t_skip, max(t_verify, 1e-3)
 
