@@ -6,6 +6,7 @@ per class and a simulated engine can pace each class by its own acceptance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -93,12 +94,22 @@ MIXED: Final[tuple[WorkItem, ...]] = (
 
 
 def interleaved() -> list[WorkItem]:
-    """The workload with classes taken in turn, so that any prefix covers every class."""
-    by_class: dict[str, list[WorkItem]] = {}
-    for item in MIXED:
-        by_class.setdefault(item.true_class, []).append(item)
-    rounds = max(len(items) for items in by_class.values())
-    return [items[r] for r in range(rounds) for items in by_class.values() if r < len(items)]
+    """The workload with classes taken in turn (and languages in turn within a class), so that
+    any prefix covers every class."""
+    return _round_robin([_round_robin(list(_group(items, "lang").values()))
+                         for items in _group(MIXED, "true_class").values()])
+
+
+def _group(items: Sequence[WorkItem], attribute: str) -> dict[str, list[WorkItem]]:
+    groups: dict[str, list[WorkItem]] = {}
+    for item in items:
+        groups.setdefault(getattr(item, attribute), []).append(item)
+    return groups
+
+
+def _round_robin(groups: Sequence[Sequence[WorkItem]]) -> list[WorkItem]:
+    rounds = max(len(group) for group in groups)
+    return [group[r] for r in range(rounds) for group in groups if r < len(group)]
 
 
 def requests_for(n: int, *, model: str, stream: bool = True, max_tokens: int = 64) -> list[WorkItem]:
