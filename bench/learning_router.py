@@ -41,7 +41,7 @@ from policies.commands import learn_to_file, read_jsonl_observations
 from policies.learned import LearnedState
 from policies.schema import Policy
 from router.app import create_app
-from router.config import Config, LogConfig
+from router.config import Config, LearnConfig, LogConfig
 from router.state import POLICY, Deps
 
 
@@ -74,6 +74,7 @@ async def _drive(
     config = Config(
         backends=[BackendSpec(name=f"{p}-0", profile=p, url=urls[p]) for p in ("mtp", "plain")],
         policy=str(policy_path), tokenizer=False, log=LogConfig(path=str(log_path)),
+        learn=LearnConfig(interval_s=0),  # the bench relearns itself, every relearn_every
     )
     rng = random.Random(seed)
     app = create_app(config, deps=Deps(random=random.Random(seed + 1).random,
