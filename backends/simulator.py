@@ -58,6 +58,12 @@ class SimState:
     reply_tokens: int = 24
     time_scale: float = 0.0  # 0: no sleeping (fast tests); 1: real cost-model pace
     class_of: Callable[[Mapping[str, Any]], str] = lambda body: "technical"
+    # How it reports speculative stats: "timings" (llama.cpp, per response), "prometheus"
+    # (global counters at /metrics only, like vLLM without its per-request flag), "meta_info"
+    # (SGLang, per response when the request asks with return_meta_info).
+    stats: str = "timings"
+    drafted_total: int = 0
+    accepted_total: int = 0
     faults: deque[Fault] = field(default_factory=deque)
     received: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
@@ -71,6 +77,7 @@ def create_sim_app(state: SimState) -> web.Application:
     app = web.Application()
     app[SIM_STATE] = state
     app.router.add_get("/health", _health)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _generate)
     app.router.add_post("/v1/completions", _generate)
@@ -82,6 +89,17 @@ def create_sim_app(state: SimState) -> web.Application:
 
 async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    state = request.app[SIM_STATE]
+    text = (
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        f'vllm:spec_decode_num_draft_tokens_total{{model_name="{state.model}"}} {state.drafted_total}.0\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{state.model}"}} {state.accepted_total}.0\n'
+    )
+    return web.Response(text=text, content_type="text/plain")
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -121,6 +139,8 @@ async def _generate(request: web.Request) -> web.StreamResponse:
     state.inflight += 1
     try:
         plan = _plan(state, body)
+        state.drafted_total += plan.draft_n
+        state.accepted_total += plan.accepted
         if body.get("stream"):
             return await _stream(request, state, body, plan, fault)
         await asyncio.sleep(plan.total_s * state.time_scale)
@@ -210,8 +230,23 @@ def _full_response(path: str, state: SimState, body: Mapping[str, Any], plan: _P
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "finish_reason": "stop"}
         kind = "chat.completion"
-    return {"id": "cmpl-sim", "object": kind, "created": 0, "model": state.model,
-            "choices": [choice], "usage": _usage(plan), "timings": _timings(plan, state)}
+    response = {"id": "cmpl-sim", "object": kind, "created": 0, "model": state.model,
+                "choices": [choice], "usage": _usage(plan)}
+    return _with_stats(response, state, body, plan)
+
+
+def _with_stats(
+    payload: dict[str, Any], state: SimState, body: Mapping[str, Any], plan: _Plan
+) -> dict[str, Any]:
+    """The final response or chunk, carrying stats the way the simulated engine reports them."""
+    if state.stats == "timings":
+        payload["timings"] = _timings(plan, state)
+    elif state.stats == "meta_info" and body.get("return_meta_info") and payload.get("choices"):
+        payload["choices"][0]["meta_info"] = {
+            "spec_verify_ct": plan.draft_n, "completion_tokens": len(plan.tokens),
+            "prompt_tokens": 8, "cached_tokens": 0,
+        }
+    return payload
 
 
 async def _stream(
@@ -233,8 +268,7 @@ async def _stream(
         if due > loop.time():
             await asyncio.sleep(due - loop.time())
         await response.write(_sse(_chunk(chat, state, token, None)))
-    final = _chunk(chat, state, "", "stop")
-    final["timings"] = _timings(plan, state)
+    final = _with_stats(_chunk(chat, state, "", "stop"), state, body, plan)
     await response.write(_sse(final))
     options = body.get("stream_options")
     if isinstance(options, Mapping) and options.get("include_usage"):

@@ -67,6 +67,7 @@ class ForwardOptions:
     connect_timeout_s: float = 10.0
     first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
     strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
+    strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for (re-encodes)
 
 
 HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
@@ -174,12 +175,15 @@ async def _relay(
 ) -> web.StreamResponse:
     headers = _downstream_headers(upstream.headers, extra)
     if not _is_sse(upstream):
-        result.meter.observe(_json_or_none(first, upstream), clock())
+        payload = _json_or_none(first, upstream)
+        result.meter.observe(payload, clock())
+        if options.strip_meta_info and _has_meta_info(payload):
+            first = json.dumps(_without_meta_info(payload), ensure_ascii=False).encode()
         return web.Response(body=first, status=upstream.status, headers=headers)
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
         await response.prepare(request)
-        await _relay_events(response, upstream, first, result, clock, options.strip_usage)
+        await _relay_events(response, upstream, first, result, clock, options)
     except _CLIENT_GONE:
         result.client_disconnected = True
     return response
@@ -191,7 +195,7 @@ async def _relay_events(
     first: bytes,
     result: ForwardResult,
     clock: Clock,
-    strip_usage: bool,
+    options: ForwardOptions,
 ) -> None:
     splitter = SSESplitter()
     chunk = first
@@ -201,8 +205,11 @@ async def _relay_events(
         for raw in splitter.feed(chunk):
             payload = event_json(raw)
             result.meter.observe(payload, now)
-            if not (strip_usage and is_usage_only(payload)):
-                kept.append(raw)
+            if options.strip_usage and is_usage_only(payload):
+                continue
+            if options.strip_meta_info and _has_meta_info(payload):
+                raw = b"data: " + json.dumps(_without_meta_info(payload), ensure_ascii=False).encode() + b"\n\n"
+            kept.append(raw)
         if kept:  # one write per upstream read: the events arrived together
             await response.write(b"".join(kept))
         try:
@@ -250,6 +257,28 @@ def _json_or_none(body: bytes, upstream: aiohttp.ClientResponse) -> object:
         return json.loads(body)
     except ValueError:
         return None
+
+
+def _has_meta_info(payload: object) -> bool:
+    if not isinstance(payload, dict):
+        return False
+    choices = payload.get("choices")
+    in_choices = isinstance(choices, list) and any(
+        isinstance(c, dict) and "meta_info" in c for c in choices
+    )
+    return "meta_info" in payload or in_choices
+
+
+def _without_meta_info(payload: object) -> object:
+    """The payload minus the `meta_info` the proxy asked for (top level and per choice)."""
+    assert isinstance(payload, dict)
+    clean = {k: v for k, v in payload.items() if k != "meta_info"}
+    if isinstance(clean.get("choices"), list):
+        clean["choices"] = [
+            {k: v for k, v in c.items() if k != "meta_info"} if isinstance(c, dict) else c
+            for c in clean["choices"]
+        ]
+    return clean
 
 
 def _error_event(message: str) -> bytes:

@@ -40,6 +40,7 @@ from router.state import (
     SESSION,
     SESSIONS,
     SINKS,
+    TASKS,
     TOKENS,
     Deps,
 )
@@ -74,6 +75,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[METRICS] = Metrics()
     app[RECENT] = RecentRecords()
     app[SINKS] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add), *deps.sinks]
+    app[TASKS] = set()
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)
@@ -120,6 +122,8 @@ async def _decision_log(app: web.Application) -> AsyncIterator[None]:
     with DecisionLog(settings.path, rotate_mb=settings.rotate_mb, keep=settings.keep) as sink:
         app[SINKS].insert(0, sink)
         yield
+        if app[TASKS]:  # records still being settled are written before the log closes
+            await asyncio.gather(*app[TASKS], return_exceptions=True)
 
 
 async def _reloader(app: web.Application) -> AsyncIterator[None]:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from backends.engines import adapter_for
 from backends.upstream import ForwardOptions, ForwardResult, forward
-from router import state
+from router import spec_counters, state
 from router.errors import RequestError, error_response
 from router.routing import RoutedRequest, plan_request, record_for, upstream_body
 
@@ -65,15 +67,19 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
     )
-    body, strip_usage = upstream_body(plan, raw)
+    primary = plan.decision.backend
+    adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
+    body, tweaked = upstream_body(plan, raw, adapter, request.path)
     config = app[state.CONFIG]
     options = ForwardOptions(
         connect_timeout_s=config.limits.connect_timeout_s,
         first_byte_timeout_s=config.limits.first_byte_timeout_s,
-        strip_usage=strip_usage,
+        strip_usage=tweaked.added_usage,
+        strip_meta_info=tweaked.added_meta_info,
     )
+    counters = await spec_counters.watch(app, primary)
     result: ForwardResult | None = None
-    pool.begin(plan.decision.backend)
+    pool.begin(primary)
     try:
         response, result = await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
@@ -87,9 +93,33 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         result.client_disconnected = True
         raise
     finally:
-        pool.end(plan.decision.backend)
+        pool.end(primary)
         if result is not None:
-            _account(request.app, plan, result, started)
+            if counters is None:
+                _account(app, plan, result, started)
+            else:  # an await: shielded, so that a client hanging up now loses no record
+                await _shielded(app, _settle_and_account(app, plan, result, started, counters))
+
+
+async def _settle_and_account(
+    app: web.Application,
+    plan: RoutedRequest,
+    result: ForwardResult,
+    started: float,
+    counters: spec_counters.CounterWatch,
+) -> None:
+    if not result.client_disconnected:
+        await spec_counters.settle(app, counters, result.backend, result.meter)
+    _account(app, plan, result, started)
+
+
+async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to the end even if the handler is cancelled meanwhile."""
+    task = asyncio.ensure_future(work)
+    pending = app[state.TASKS]
+    pending.add(task)
+    task.add_done_callback(pending.discard)
+    await asyncio.shield(task)
 
 
 def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:

@@ -25,6 +25,7 @@ class BackendRuntime:
     last_error: str = ""
     served: int = 0
     failures: int = 0
+    started: int = 0  # requests ever sent here (tells whether two requests overlapped)
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -78,6 +79,7 @@ class BackendPool:
     def begin(self, name: str) -> None:
         if name in self._backends:
             self._backends[name].inflight += 1
+            self._backends[name].started += 1
 
     def end(self, name: str) -> None:
         if name in self._backends:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from backends.engines import EngineAdapter, Tweaked
 from backends.upstream import ForwardResult
 from classifiers.features import Features, TokenCounter, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
@@ -90,23 +91,17 @@ def plan_request(
     )
 
 
-def upstream_body(plan: RoutedRequest, raw: bytes) -> tuple[bytes, bool]:
-    """The bytes to send upstream, and whether to strip a usage chunk the client did not ask for.
+def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path: str) -> tuple[bytes, Tweaked]:
+    """The bytes to send upstream, and what was added that the client must not see.
 
-    Streaming chat/completions requests ask for `stream_options.include_usage` so that token
-    counts reach the log; the client never sees the extra chunk. Otherwise the body is sent
-    exactly as received.
+    The engine's adapter asks for what makes it report its stats (`stream_options.include_usage`
+    on streams, SGLang's `return_meta_info`); the relay strips those again. When nothing is
+    added, the body goes upstream exactly as received.
     """
-    body = plan.body
-    if not (body.get("stream") is True and plan.endpoint in ("chat", "completions")):
-        return raw, False
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return raw, False
-    if options is not None and not isinstance(options, dict):
-        return raw, False
-    tweaked = dict(body, stream_options={**(options or {}), "include_usage": True})
-    return json.dumps(tweaked, ensure_ascii=False).encode(), True
+    tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
+    if not (tweaked.added_usage or tweaked.added_meta_info):
+        return raw, tweaked
+    return json.dumps(tweaked.body, ensure_ascii=False).encode(), tweaked
 
 
 def record_for(

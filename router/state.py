@@ -56,3 +56,4 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
+TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,15 @@ class Stack:
     def client(self, **kwargs: Any) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=self.base_url, api_key="sk-test", max_retries=0, **kwargs)
 
+    async def logged(self, count: int) -> list[RouteRecord]:
+        """The records once `count` are in (the handler logs after the last byte went out)."""
+        for _ in range(100):  # bounded: 5 s
+            if len(self.sink.records) >= count:
+                break
+            await asyncio.sleep(0.05)
+        assert len(self.sink.records) >= count, f"only {len(self.sink.records)} records logged"
+        return self.sink.records
+
     @property
     def last(self) -> RouteRecord:
         assert self.sink.records, "no record was logged"
@@ -62,14 +73,15 @@ async def start_stack(
     mtp: SimState | None = None,
     plain: SimState | None = None,
     health_interval_s: float = 5.0,
+    engine: str = "llamacpp",
 ) -> Stack:
     mtp = mtp or SimState(profile="mtp", acceptance={"technical": 0.8})
     plain = plain or SimState(profile="plain")
     mtp_server = await aiohttp_server(create_sim_app(mtp))
     plain_server = await aiohttp_server(create_sim_app(plain))
     specs = [
-        BackendSpec(name="mtp-0", engine="llamacpp", profile="mtp", url=f"http://127.0.0.1:{mtp_server.port}"),
-        BackendSpec(name="plain-0", engine="llamacpp", profile="plain", url=f"http://127.0.0.1:{plain_server.port}/v1"),
+        BackendSpec(name="mtp-0", engine=engine, profile="mtp", url=f"http://127.0.0.1:{mtp_server.port}"),
+        BackendSpec(name="plain-0", engine=engine, profile="plain", url=f"http://127.0.0.1:{plain_server.port}/v1"),
     ]
     extra: dict[str, Any] = {"policy": policy} if policy else {}
     config = Config(
