@@ -12,13 +12,13 @@ bumps `FEATURE_SCHEMA_VERSION`, and model artifacts refuse to load on a mismatch
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Final
+from typing import Any, Final
 
 from classifiers.request_view import RequestView
 
-FEATURE_SCHEMA_VERSION: Final = 2
+FEATURE_SCHEMA_VERSION: Final = 3
 
 # Characters tokenized to estimate the tokens-per-character ratio: tokenizing costs ~0.5 us a
 # character, so the sample is small (it only estimates a ratio; the hot path has ~0.3 ms).
@@ -28,6 +28,10 @@ TEXT_SAMPLE_CAP: Final = 2_000
 CODE_SAMPLE_CAP: Final = 1_500
 # Characters of one line the code-line pattern reads (it backtracks on long prose lines).
 CODE_LINE_CAP: Final = 160
+# The tool-overlap feature reads this much of the ask and of at most this many tools.
+OVERLAP_TEXT_CAP: Final = 500
+OVERLAP_TOOLS: Final = 16
+OVERLAP_TOOL_CAP: Final = 300
 # Without a tokenizer: a rough ratio for English/code (CJK is counted per character).
 FALLBACK_CHARS_PER_TOKEN: Final = 3.6
 
@@ -37,6 +41,16 @@ _CJK = re.compile(
     "[\u4e00-\u9fff\u3400-\u4dbf\u3040-\u30ff\uac00-\ud7af\uf900-\ufaff\u3000-\u303f"
     "\uff00-\uffef]"
 )
+_LATIN_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+_HAN = re.compile("[\u4e00-\u9fff]")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_STOP_WORDS: Final = frozenset({
+    "the", "and", "for", "with", "this", "that", "from", "what", "can", "you", "please", "are",
+    "was", "have", "has", "will", "would", "could", "should", "about", "into", "your", "our",
+    "their", "there", "here", "which", "when", "where", "how", "why", "who", "all", "any",
+    "some", "not", "but", "its", "it's", "get", "give", "tell", "show", "make", "need", "want",
+    "like", "just", "also", "then", "than", "them", "they", "one", "two",
+})
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 _CODE_LINE = re.compile(
     r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
@@ -70,6 +84,9 @@ class Features:
     prompt_tokens: int  # estimated
     last_user_tokens: int
     system_chars: int
+    # Share of the user's words (Latin words, CJK bigrams) found in the tools' names and
+    # descriptions: a tool that matches the ask makes a tool call likely (0 without tools).
+    tool_text_overlap: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
@@ -112,7 +129,38 @@ def extract(view: RequestView, count_tokens: TokenCounter | None = None) -> Feat
         prompt_tokens=max(1, round(view.total_chars * per_char)) if view.total_chars else 0,
         last_user_tokens=round(len(text) * per_char),
         system_chars=len(view.system_text),
+        tool_text_overlap=tool_text_overlap(text, view.tools),
     )
+
+
+def tool_text_overlap(text: str, tools: Sequence[Mapping[str, Any]]) -> float:
+    """Share of the ask's words that the tools' names or descriptions also contain (bounded)."""
+    if not tools:
+        return 0.0
+    asked = _words(text[:OVERLAP_TEXT_CAP]) - _STOP_WORDS
+    if not asked:
+        return 0.0
+    described = " ".join(_tool_text(t)[:OVERLAP_TOOL_CAP] for t in tools[:OVERLAP_TOOLS])
+    return round(len(asked & _words(_split_identifiers(described))) / len(asked), 4)
+
+
+def _words(text: str) -> set[str]:
+    lowered = text.lower()
+    latin = set(_LATIN_WORD.findall(lowered))
+    han = "".join(_HAN.findall(lowered))
+    return latin | {han[i: i + 2] for i in range(len(han) - 1)}
+
+
+def _split_identifiers(text: str) -> str:
+    """get_weather, getWeather, requests.get -> words."""
+    return _CAMEL.sub(" ", text).replace("_", " ").replace(".", " ")
+
+
+def _tool_text(tool: Mapping[str, Any]) -> str:
+    function = tool.get("function")
+    node = function if isinstance(function, Mapping) else tool
+    name, description = node.get("name"), node.get("description")
+    return f"{name if isinstance(name, str) else ''} {description if isinstance(description, str) else ''}"
 
 
 def cjk_share(text: str) -> float:

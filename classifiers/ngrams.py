@@ -21,8 +21,9 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float32]
 
 _FNV_PRIME = np.uint32(0x01000193)
+_TOOLS_USER_SEED = 5
 # The hashing scheme: any change to how text becomes indices bumps it (artifacts record it).
-HASH_SCHEME = 2
+HASH_SCHEME = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,10 @@ def hashed(view: RequestView, settings: HashSettings) -> tuple[IntArray, FloatAr
     """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field))."""
     indices: list[IntArray] = []
     weights: list[FloatArray] = []
-    for seed, text in enumerate(fields(view, settings), start=1):
+    # The user's words go to other buckets when the request carries tools: "what's the weather"
+    # asks for an answer without tools and for a call with them (a linear model needs this).
+    seeds = (_TOOLS_USER_SEED if view.tools else 1, 2, 3, 4)
+    for seed, text in zip(seeds, fields(view, settings)):
         idx = field_indices(text, seed, settings)
         if idx.size:
             indices.append(idx)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from classifiers.data.harness import FILE_TOOLS, HARNESS_PROMPTS, THANKS
+from classifiers.data.harness import HARNESS_PROMPTS, THANKS, TOOLSETS
 from classifiers.data.rows import Row, assistant, pick, system, user
 from classifiers.data.sources_tools import ToolCall
 
@@ -87,8 +87,9 @@ def agentic_coding(rows: Sequence[Row], limit: int) -> list[Row]:
             messages += [
                 {"role": "assistant", "content": None, "tool_calls": _tool_calls(call, tag)},
                 {"role": "tool", "tool_call_id": f"call_{tag}_0", "content": ask}]
+        tools = TOOLSETS[(n // len(HARNESS_PROMPTS)) % len(TOOLSETS)]
         out.append(_derive(row, "agentic", "agent",
-                           {"model": "any", "messages": messages, "tools": FILE_TOOLS}))
+                           {"model": "any", "messages": messages, "tools": tools}))
     return out
 
 

@@ -33,6 +33,23 @@ FILE_TOOLS: Final = [
           command="The command line to run.", timeout="Seconds before it is stopped."),
 ]
 
+# The same abilities under the names other harnesses use, so that no one naming is learned.
+TOOLSETS: Final = (
+    FILE_TOOLS,
+    [_tool("Read", "Reads a file from the local filesystem.", file_path="Absolute path."),
+     _tool("Edit", "Performs exact string replacements in files.", file_path="Absolute path.",
+           old_string="Text to replace.", new_string="Replacement."),
+     _tool("Write", "Writes a file to the local filesystem.", file_path="Absolute path.",
+           content="Content to write."),
+     _tool("Bash", "Executes a bash command in a persistent shell.", command="The command."),
+     _tool("Grep", "Searches file contents with a regular expression.", pattern="Regex."),
+     _tool("Glob", "Finds files by name pattern.", pattern="Glob pattern.")],
+    [_tool("shell", "Runs a shell command and returns its output.", command="Command line."),
+     _tool("apply_patch", "Applies a unified diff to the workspace.", patch="The diff."),
+     _tool("str_replace_editor", "View, create and edit files.", command="view|create|edit",
+           path="File path.")],
+)
+
 _RULES: Final = """
 # Working rules
 - Read the relevant files before you change them; never guess at their content.

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from classifiers.data.fetch import list_members, read_member
 from classifiers.data.labels import label_text
-from classifiers.data.rows import Row, chat, lang_of
+from classifiers.data.rows import Row, chat, lang_of, pick
 
 _TYPE_MAP: Final = {"dict": "object", "float": "number", "tuple": "array", "any": "string",
                     "list": "array", "int": "integer", "bool": "boolean", "str": "string"}
@@ -72,6 +72,11 @@ def _jsonl(path: Path, member: str) -> list[dict[str, Any]]:
     return items
 
 
+# BFCL holds one irrelevance row (no tool fits) for every ~3 tool calls, a benchmark's mix;
+# in real traffic a request that carries tools mostly wants one, so they are subsampled.
+IRRELEVANCE_ROWS: Final = 300
+
+
 def bfcl(path: Path) -> tuple[list[Row], dict[str, list[list[ToolCall]]]]:
     """BFCL rows, and per row id the ground-truth calls of each turn (for derived turns)."""
     rows: list[Row] = []
@@ -89,6 +94,10 @@ def bfcl(path: Path) -> tuple[list[Row], dict[str, list[list[ToolCall]]]]:
             rows.append(row)
             if item["id"] in truth:
                 answers[row.id] = _calls(truth[item["id"]], multi=name in _MULTI_TURN_SETS)
+    irrelevant = [r for r in rows if r.family.removeprefix("bfcl/") in _IRRELEVANCE_SETS]
+    kept = {r.id for r in pick(irrelevant, IRRELEVANCE_ROWS, "irrelevance")}
+    rows = [r for r in rows if r.id in kept or r.family.removeprefix("bfcl/") not in
+            _IRRELEVANCE_SETS]
     return rows, answers
 
 
@@ -106,12 +115,27 @@ def _bfcl_row(name: str, item: dict[str, Any], docs: dict[str, list[dict[str, An
         return None
     messages = [{"role": m["role"], "content": m["content"]} for m in turns[0]]
     text = messages[-1]["content"]
-    label = label_text(text, "technical") if name in _IRRELEVANCE_SETS else "agent"
+    label = _irrelevance_label(text) if name in _IRRELEVANCE_SETS else "agent"
     body = chat(messages, tools=openai_tools(functions)) if functions else chat(messages)
     if not functions and label == "agent":
         return None
     return Row(id=f"bfcl/{item['id']}", source="bfcl-eval", family=f"bfcl/{name}",
                provenance="real", label=label, lang=lang_of(text), request=body)
+
+
+_ACTION_ASK: Final = re.compile(
+    r"^\s*(please |can you |could you |i want to |i need to |i'd like to )?(find|get|book|buy|"
+    r"order|search|show|list|send|create|add|check|open|play|set|turn|schedule|cancel|delete|"
+    r"remove|update|call|fetch|retrieve|look up|reserve|transfer|pay|start|stop)\b",
+    re.IGNORECASE,
+)
+
+
+def _irrelevance_label(text: str) -> str:
+    """A BFCL irrelevance row: no tool fits, so an action ask gets a brief refusal (chat)."""
+    if _ACTION_ASK.search(text) or _ACTION_ZH.search(text):
+        return "chat"
+    return label_text(text, "technical")
 
 
 def _multi_turn_docs(path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -84,4 +84,24 @@ def test_vector_order_and_schema() -> None:
     features = extract(view_request("chat", _user("hi")))
     assert len(features.vector()) == len(FEATURE_NAMES)
     assert list(features.as_dict()) == list(FEATURE_NAMES)
-    assert FEATURE_SCHEMA_VERSION == 2
+    assert FEATURE_SCHEMA_VERSION == 3
+
+
+FLIGHTS = [{"type": "function", "function": {
+    "name": "search_flights", "description": "Search flights between two airports"}}]
+INVOICE = [{"type": "function", "function": {"name": "generate_invoice", "description": "生成发票"}}]
+
+
+@pytest.mark.parametrize(
+    ("text", "tools", "expected"),
+    [
+        ("Find flights from SFO to JFK tomorrow", FLIGHTS, 0.2),
+        ("Find me an ice cream store", FLIGHTS, 0.0),
+        ("thanks!", FLIGHTS, 0.0),
+        ("search flights please", [{"name": "searchFlights"}], 1.0),
+        ("帮我生成发票", INVOICE, 0.6),
+        ("Find flights", [], 0.0),
+    ],
+)
+def test_tool_text_overlap(text: str, tools: list[dict[str, Any]], expected: float) -> None:
+    assert _features(_user(text, tools=tools))["tool_text_overlap"] == expected

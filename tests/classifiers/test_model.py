@@ -142,6 +142,13 @@ def test_serving_imports_neither_sklearn_nor_torch() -> None:
         ({"messages": [{"role": "user", "content": "什么是量子计算？请详细解释。"}]}, "technical"),
         ({"messages": [{"role": "user", "content": "Write a poem about the sea at night."}]},
          "prose"),
+        ({"messages": [{"role": "user", "content": "Send an email to Sarah saying the meeting "
+                        "moved to 3pm"}],
+          "tools": [{"type": "function", "function": {
+              "name": "send_email", "description": "Send an email on behalf of the user",
+              "parameters": {"type": "object", "properties": {"to": {"type": "string"},
+                                                              "body": {"type": "string"}}}}}]},
+         "agent"),
         ({"messages": [
             {"role": "user", "content": "What's the weather in Paris?"},
             {"role": "assistant", "content": None, "tool_calls": [
