@@ -391,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write the measured pool (per request: class, p_spec, both arms) "
                              "as JSON lines to this file")
     parser.add_argument("--from-pool", default=None,
-                        help="replay a pool saved by --save-pool instead of measuring")
+                        help="use a pool saved by --save-pool (same --pool and --seed) instead "
+                             "of measuring")
     parser.add_argument("--through-router", action="store_true",
                         help="send the replay through the real router app, learning from its "
                              "decision log and hot-reloading, instead of calling decide")
@@ -406,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         pool, result = asyncio.run(through_router(
             gb10, args.pair, pool_size, policy, args.requests, args.seed, args.relearn_every,
-            args.max_seconds))
+            args.max_seconds, saved_pool=args.from_pool))
     elif args.from_pool:
         pool = load_pool(args.from_pool)
         result = replay(pool, policy, args.requests, args.seed, args.relearn_every)

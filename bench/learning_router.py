@@ -12,6 +12,7 @@ per-body pacing matches the direct measurement).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -31,6 +32,7 @@ from bench.learning import (
     Totals,
     _best_per_class,
     gb10_sims,
+    load_pool,
     local_pair,
     local_requests,
     measure_pool,
@@ -47,9 +49,10 @@ from router.state import POLICY, Deps
 
 async def through_router(
     gb10: bool, pair: str, pool_size: int, policy: Policy, requests: int, seed: int,
-    relearn_every: int, max_seconds: float,
+    relearn_every: int, max_seconds: float, saved_pool: str | None = None,
 ) -> tuple[list[Measured], ReplayResult]:
-    """Measure the pool on both instances, then drive the router with it (bounded in time)."""
+    """Measure the pool on both instances (or take a pool saved from the same workload and
+    seed), then drive the router with it (bounded in time)."""
     backends = gb10_sims(GB10_SPEEDUP) if gb10 else local_pair(pair)
     made = make_requests(pool_size, seed) if gb10 else local_requests(pool_size, seed)
     bodies = [
@@ -57,11 +60,23 @@ async def through_router(
         for r in made
     ]
     async with backends as urls:
-        pool = await measure_pool(bodies, urls, max_seconds)
+        if saved_pool:
+            pool = _with_bodies(load_pool(saved_pool), bodies)
+        else:
+            pool = await measure_pool(bodies, urls, max_seconds)
         with tempfile.TemporaryDirectory(prefix="specroute-bench-") as tmp:
             result = await _drive(pool, urls, policy, Path(tmp), requests, seed, relearn_every,
                                   max_seconds)
     return pool, result
+
+
+def _with_bodies(pool: Sequence[Measured], bodies: Sequence[BenchRequest]) -> list[Measured]:
+    """A saved pool with the request bodies it was measured on, regenerated from the seed."""
+    if len(pool) != len(bodies) or any(
+        m.request.cls != b.cls for m, b in zip(pool, bodies, strict=True)
+    ):
+        raise ValueError("the saved pool was not measured on this workload (--pool, --seed)")
+    return [dataclasses.replace(m, request=b) for m, b in zip(pool, bodies, strict=True)]
 
 
 async def _drive(
@@ -93,7 +108,7 @@ async def _drive(
                     order = list(pool)
                     rng.shuffle(order)
                 m = order.pop()
-                profile, request_id = await _send(session, port, m)
+                profile, request_id = await _send(session, port, m, i)
                 sent.append((m, profile, request_id))
                 if (i + 1) % relearn_every == 0:
                     await _relearn(app, log_path, policy, policy_path, f"after {i + 1}")
@@ -143,10 +158,15 @@ def _account(
     )
 
 
-async def _send(session: aiohttp.ClientSession, port: int, m: Measured) -> tuple[str, str]:
-    """Stream one request through the proxy; (served profile, request id)."""
+async def _send(
+    session: aiohttp.ClientSession, port: int, m: Measured, index: int
+) -> tuple[str, str]:
+    """Stream one request through the proxy; (served profile, request id). Each request is its
+    own conversation: the pool's bodies recur, and stickiness is not what is measured here."""
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    async with session.post(url, json={**m.request.body, "stream": True}) as response:
+    headers = {"x-specroute-conversation": f"bench-{index}"}
+    body = {**m.request.body, "stream": True}
+    async with session.post(url, json=body, headers=headers) as response:
         response.raise_for_status()
         async for _ in response.content:
             pass
