@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from backends.engines import adapter_for
+from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
@@ -89,7 +90,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         return response
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         if result is None:
-            result = ForwardResult(meter=_empty_meter(started), client_disconnected=True)
+            result = ForwardResult(meter=StreamMeter(started_at=started), client_disconnected=True)
         result.client_disconnected = True
         raise
     finally:
@@ -152,12 +153,6 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
     )
     for sink in app[state.SINKS]:
         sink.write_record(record)
-
-
-def _empty_meter(started: float) -> Any:
-    from backends.measure import StreamMeter
-
-    return StreamMeter(started_at=started)
 
 
 async def models(request: web.Request) -> web.Response:

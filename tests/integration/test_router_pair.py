@@ -19,26 +19,18 @@ from aiohttp.test_utils import TestServer
 from backends.spec import BackendSpec
 from router.app import create_app
 from router.config import Config, Limits, LogConfig
-from router.records import RouteRecord
 from router.state import Deps
 from tests.integration.conftest import Pair
+from tests.router.conftest import ListSink
 
 pytestmark = pytest.mark.integration
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 
-class Records:
-    def __init__(self) -> None:
-        self.all: list[RouteRecord] = []
-
-    def write_record(self, record: RouteRecord) -> None:
-        self.all.append(record)
-
-
 @dataclass
 class Routed:
     pair: Pair
-    records: Records
+    records: ListSink
     client: openai.AsyncOpenAI
     clock_offset: list[float]  # moves the router's clock past its retry-after window
 
@@ -52,7 +44,7 @@ async def routed(pair: Pair, aiohttp_server: ServerFactory, tmp_path: Path
     config = Config(backends=specs, default_backend=pair.plain.name, tokenizer=False,
                     log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
                     limits=Limits(connect_timeout_s=2.0))
-    records = Records()
+    records = ListSink()
     offset = [0.0]
     deps = Deps(sinks=(records,), explore=False, clock=lambda: time.monotonic() + offset[0])
     proxy = await aiohttp_server(create_app(config, deps=deps))
@@ -74,9 +66,9 @@ async def ask(routed: Routed, route: str, prompt: str) -> str:
 async def test_acceptance_reaches_the_decision_log(routed: Routed) -> None:
     prompt = "Write a Python function that reverses a string."
     via_mtp = await ask(routed, "mtp", prompt)
-    mtp_record = routed.records.all[-1].outcome
+    mtp_record = routed.records.records[-1].outcome
     via_plain = await ask(routed, "plain", prompt)
-    plain_record = routed.records.all[-1].outcome
+    plain_record = routed.records.records[-1].outcome
     assert via_mtp and via_mtp.encode() == via_plain.encode()
     assert mtp_record.backend == routed.pair.mtp.name and mtp_record.spec_source == "timings"
     assert mtp_record.draft_n and mtp_record.draft_accepted is not None
@@ -94,7 +86,7 @@ async def test_streamed_request_reports_without_a_usage_chunk_to_the_client(
     chunks = [chunk async for chunk in stream]
     assert all(chunk.usage is None for chunk in chunks)  # the client did not ask for usage
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    outcome = routed.records.all[-1].outcome
+    outcome = routed.records.records[-1].outcome
     assert outcome.draft_n and outcome.decode_tps and outcome.ttft_ms is not None
 
 
@@ -105,7 +97,7 @@ async def test_killed_instance_fails_over_then_comes_back(routed: Routed) -> Non
     os.kill(old_pid, signal.SIGKILL)
     await asyncio.sleep(0)  # the port is closed as soon as the process is gone
     assert await ask(routed, "mtp", "Say hello.")  # answered by the plain instance
-    failed_over = routed.records.all[-1].outcome
+    failed_over = routed.records.records[-1].outcome
     assert failed_over.failover_from == (name,) and failed_over.backend == pair.plain.name
 
     deadline = time.monotonic() + 60
@@ -115,5 +107,5 @@ async def test_killed_instance_fails_over_then_comes_back(routed: Routed) -> Non
         await asyncio.sleep(0.05)
     routed.clock_offset[0] += 60  # the router retries a failed backend after retry_after_s
     assert await ask(routed, "mtp", "Say hello.")
-    back = routed.records.all[-1].outcome
+    back = routed.records.records[-1].outcome
     assert back.backend == name and back.failover_from == () and back.draft_n
