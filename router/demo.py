@@ -35,7 +35,7 @@ from router.learning import learn_now
 from router.records import RouteRecord
 from router.serve import start_site
 from router.state import Deps
-from router.workload import WorkItem, class_by_key, requests_for
+from router.workload import WorkItem, class_by_key, last_text, requests_for
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
 # model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%).
@@ -112,7 +112,7 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
     for profile in ("mtp", "plain"):
         sim = SimState(profile=profile, cost=CostModel(), acceptance=GB10_ACCEPTANCE,
                        reply_tokens=1024, time_scale=DEMO_TIME_SCALE, model="deepseek-v4-flash-sim",
-                       class_of=lambda body: truth.get(_last_text(body), "technical"))
+                       class_of=lambda body: truth.get(last_text(body), "technical"))
         _, port, stop = await start_site(create_sim_app(sim))
         stops.append(stop)
         specs.append(BackendSpec(name=f"{profile}-0", engine="llamacpp", profile=profile,
@@ -207,12 +207,6 @@ def _median(values: Sequence[float]) -> float | None:
 
 def _fmt(value: float | None, width: int, digits: int) -> str:
     return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
-
-
-def _last_text(body: Mapping[str, Any]) -> str:
-    messages = body.get("messages") or [{}]
-    content = messages[-1].get("content") if isinstance(messages[-1], dict) else ""
-    return content if isinstance(content, str) else str(content)
 
 
 def _free_port() -> int:

@@ -6,7 +6,7 @@ per class and a simulated engine can pace each class by its own acceptance.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -52,8 +52,14 @@ class WorkItem:
     @property
     def key(self) -> str:
         """The last message's text: what a simulated engine recognises the item by."""
-        content = self.body["messages"][-1].get("content") or ""
-        return content if isinstance(content, str) else str(content)
+        return last_text(self.body)
+
+
+def last_text(body: Mapping[str, Any]) -> str:
+    """The text of a chat body's last message (the key `class_by_key` maps to a class)."""
+    messages = body.get("messages") or [{}]
+    content = messages[-1].get("content") if isinstance(messages[-1], dict) else ""
+    return content if isinstance(content, str) else str(content or "")
 
 
 def _chat(text: str, **extra: Any) -> dict[str, Any]:
