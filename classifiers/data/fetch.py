@@ -56,6 +56,8 @@ PACKAGES: Final = {
                "12a797d157b9ea26684cad9aa4acf136f977e750fa7ea2191d6c6d73f2fddae9"),
         Pinned("llamafactory", "0.9.5", "llamafactory-0.9.5.tar.gz",
                "1702c0bfb864e80577a59521d2edcacd2aab05ec6aee06188fcba335a589681f", "pypi-sdist"),
+        Pinned("evals", "3.0.1.post1", "evals-3.0.1.post1-py3-none-any.whl",
+               "0abcb2051303500784b1641a6e4f6b813ed43ad64f879a37d344a6774eb8eb78"),
         Pinned("debian-faq-zh-cn", "11.1", "debian-faq-zh-cn_11.1_all.deb",
                "3545356b1aa04d87e91dd15e8406210cf5b4f476662e597897bcb42234591758", "deb"),
         Pinned("debian-faq", "11.1", "debian-faq_11.1_all.deb",

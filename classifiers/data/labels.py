@@ -44,7 +44,7 @@ _PROSE_ASK: Final = re.compile(
     r"invitation|announcement|outline|proposal|pitch|names for|title for|caption|copy|"
     r"answer on my behalf|response on my behalf|limericks|chapter|scene)\b|"
     r"\b(role-?play|pretend (you are|to be)|act as)\b|"
-    r"(写|创作|编|讲|来)[^。？！\n]{0,8}(故事|诗|散文|作文|小说|歌词|文案|剧本|演讲稿|童话|对联|"
+    r"(写|创作|编|讲|来|分享|讲述)[^。？！\n]{0,24}(故事|诗|散文|作文|小说|歌词|文案|剧本|演讲稿|童话|对联|"
     r"口号|广告词|情书|祝福语|信|邮件|文章|段子)|续写|改写|润色|仿写",
     re.IGNORECASE,
 )

@@ -204,3 +204,44 @@ def chitchat(path: Path, limit: int = 2600) -> list[Row]:
                              bucket("chitchat", key), "chat", chat(alternate(history)),
                              blocks[end]))
     return rows
+
+
+# OpenAI evals' Chinese sets whose instructions are written in Chinese: exam, trivia and
+# literature questions answered with a fact (`technical`). None is among the datasets its
+# LICENSE.md excepts from MIT. Translation sets and sets instructed in English are left out
+# (the request's language is the instruction's, not the quoted text's).
+EVALS_ZH_SETS: Final = (
+    "Chinese_character_riddles", "chinese-lantern-riddles", "chinese_ancient_masterpieces_dynasty",
+    "chinese_ancient_poetry", "chinese_chu_ci", "chinese_famous_novel", "chinese_homonym",
+    "chinese_idioms", "chinese_modern_poem_identification", "chinese_poem", "chinese_shi_jing",
+    "chinese_song_ci", "marxist_philosophy_exam", "thirty_six_stratagems",
+    "convert-bwt-num-and-chinese-num",
+)
+
+
+def evals_zh(path: Path, per_set: int = 40) -> list[Row]:
+    """Real Chinese question requests (system prompt and few-shot turns kept as shipped), at
+    most `per_set` from a set (several are one template with the slot changed); families are
+    hash buckets, and leave-one-source-out shows the figure for sets never seen."""
+    rows = []
+    members = list_members(path)
+    for name in EVALS_ZH_SETS:
+        prefix = f"evals/registry/data/{name}/"
+        items = []
+        for member in sorted(m for m in members if m.startswith(prefix) and m.endswith(".jsonl")):
+            for line in read_member(path, member).decode("utf-8").splitlines():
+                if line.strip():
+                    items.append(json.loads(line)["input"])
+        asked = [m for m in items if isinstance(m, list) and _instruction_lang(m) == "zh"]
+        for messages in pick(asked, per_set, f"evals/{name}"):
+            key = stable_hash(json.dumps(messages, sort_keys=True, ensure_ascii=False))[:12]
+            text = str(messages[-1]["content"])
+            row = _row(f"evals/{name}/{key}", "evals", bucket("evals", key), "technical",
+                       chat([dict(m) for m in messages]), text)
+            rows.append(replace(row, lang="zh"))
+    return rows
+
+
+def _instruction_lang(messages: list[dict[str, Any]]) -> str:
+    """The language of the instructions: the system prompt where there is one, else the user's."""
+    return lang_of(str(messages[0].get("content", ""))) if messages else "en"

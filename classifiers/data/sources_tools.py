@@ -181,10 +181,7 @@ def glaive_zh(path: Path) -> list[Row]:
             if role == "human":
                 messages.append({"role": "user", "content": value})
                 reply = turns[t + 1]["value"] if nxt == "gpt" else ""
-                # A turn answered by a question whose answer leads to a call is slot filling.
-                slot_filling = bool(tools) and t + 3 < len(turns) and \
-                    turns[t + 3]["from"] == "function_call"
-                label = "agent" if nxt == "function_call" or slot_filling else \
+                label = "agent" if tools and leads_to_call(turns, t) else \
                     label_by_reply(value, reply)
                 rows.append(_glaive_row(c, t, label, messages, tools, value))
             elif role == "function_call":
@@ -201,6 +198,31 @@ def glaive_zh(path: Path) -> list[Row]:
             else:
                 messages.append({"role": "assistant", "content": value})
     return rows
+
+
+_OFFER: Final = re.compile(r"还有|其他|别的|anything else", re.IGNORECASE)
+_ASKS_FOR_SLOT: Final = re.compile(r"[？?]\s*$|请提供|请告诉|告诉我|please (provide|tell)",
+                                   re.IGNORECASE)
+SLOT_ROUNDS: Final = 3
+
+
+def leads_to_call(turns: list[dict[str, str]], t: int) -> bool:
+    """Whether the human turn at `t` is answered by a tool call: directly, by a reply the
+    engine ran as a call (an observation follows it), or after up to `SLOT_ROUNDS`
+    slot-filling questions (a generic "anything else?" is not one)."""
+    questions = 0
+    for k in range(t + 1, len(turns)):
+        role, value = turns[k]["from"], turns[k]["value"].strip()
+        if role in ("function_call", "observation"):
+            return True
+        if role != "gpt":
+            continue
+        if k + 1 < len(turns) and turns[k + 1]["from"] == "observation":
+            return True
+        questions += 1
+        if not _ASKS_FOR_SLOT.search(value) or _OFFER.search(value) or questions > SLOT_ROUNDS:
+            return False
+    return False
 
 
 _EXPLAIN_ZH: Final = re.compile(r"解释|什么是|是什么|为什么|如何|怎么|怎样|区别|介绍|原理|哪些|explain|what is",

@@ -25,6 +25,32 @@ _ZH_CODE_FORMS: Final = (
     "用{lang}写一个函数，{task}。", "请帮我实现：{task}（用{lang}）。", "写一段{lang}代码{task}，并附上单元测试。",
     "用{lang}实现{task}，只给代码。", "创建一个{lang}函数，该函数可以{task}。", "生成一段{lang}代码，用于{task}。",
     "给我{lang}的代码：{task}", "能不能写个{lang}脚本{task}？",
+    # asked as a how-to whose answer is a program
+    "如何用{lang}{task}？请给出完整代码。", "我想用{lang}{task}，代码应该怎么写？",
+    "{lang}里怎么{task}？给个示例代码。", "请用{lang}{task}，写出实现并简单注释。",
+)
+# Code asks that are not "write function X": queries, configs, markup, fixes and conversions.
+_ZH_CODE_ASKS: Final = (
+    "有一张orders表，字段是user_id、amount、created_at，怎么查出每个用户最近一笔订单？写SQL。",
+    "帮我写个SQL，统计每个月的新注册用户数。", "MySQL里如何查询重复的手机号？请给出语句。",
+    "用SQL找出每个班级成绩前三名的学生。", "写一个nginx配置，把80端口的请求转发到本机8080。",
+    "给我一个docker-compose.yml，包含postgres和redis两个服务。", "写个crontab，每天凌晨两点执行备份脚本。",
+    "帮我写一个GitHub Actions工作流，推送到main时运行pytest。", "写一个正则表达式匹配中国大陆的手机号。",
+    "在LaTeX里怎么画一个三行三列的表格？给出代码。", "用HTML和CSS做一个居中的登录框。",
+    "写一个Makefile，编译src目录下所有的.c文件。", "用bash写个脚本，把当前目录下所有.txt文件合并成一个。",
+    "用shell统计日志文件里每个IP出现的次数，按次数排序。", "写一个Kubernetes Deployment，副本数为3，镜像是nginx:1.25。",
+    "下面这段Python代码报错了，帮我改一下：\n```python\nfor i in range(10)\n    print(i)\n```",
+    "把这段JavaScript改成TypeScript，加上类型：\n```js\nfunction add(a, b) { return a + b }\n```",
+    "这个Go函数有并发问题，怎么改？\n```go\nvar n int\nfunc inc() { n++ }\n```",
+    "请把下面的Python 2代码改成Python 3：\n```python\nprint \"hello\"\n```",
+    "用pandas把两个DataFrame按id合并，缺失值填0，怎么写？", "用React写一个计数器组件。",
+    "我想在Vue里监听窗口大小变化，代码怎么写？", "用Java实现一个单例模式，要线程安全。",
+    "写一个Python装饰器，统计函数的运行时间。", "能帮我写个爬虫，抓取网页标题吗？用requests和BeautifulSoup。",
+    "把这个列表按字典的age字段排序，Python怎么写？", "用C语言实现字符串反转，不要用库函数。",
+    "写一个Flask接口，接收JSON并返回字段数量。", "帮我用matplotlib画一个柱状图，数据是各月销售额。",
+    "给这个函数写单元测试：\n```python\ndef is_even(n):\n    return n % 2 == 0\n```",
+    "我的程序需要读取YAML配置文件，用Python怎么实现？请给代码。",
+    "如何用Excel公式计算某一列中大于100的数的个数？", "写一个PowerShell脚本，列出占用空间最大的10个文件。",
 )
 _LANGS: Final = ("Python", "Go", "Java", "JavaScript", "Rust", "C++")
 
@@ -125,6 +151,7 @@ def seeds(per_kind: int = 160) -> list[Row]:
     rows: list[Row] = []
     kinds: list[tuple[str, str, str, list[str]]] = [
         ("zh_code", "code", "zh", _fill(_ZH_CODE_FORMS, lang=_LANGS, task=_ZH_CODE_TASKS)),
+        ("zh_code_asks", "code", "zh", list(_ZH_CODE_ASKS)),
         ("zh_technical", "technical", "zh", _fill(_ZH_TECH_FORMS, c=_ZH_CONCEPTS)),
         ("zh_prose", "prose", "zh", _fill(_ZH_PROSE_FORMS, t=_ZH_PROSE_TOPICS)),
         ("zh_chat", "chat", "zh", list(_ZH_CHAT)),
@@ -133,7 +160,9 @@ def seeds(per_kind: int = 160) -> list[Row]:
         ("en_technical", "technical", "en", _fill(_EN_TECH_FORMS, c=_EN_CONCEPTS)),
     ]
     for kind, label, lang, texts in kinds:
-        for i, text in enumerate(pick(texts, per_kind, kind)):
+        # Chinese code asks have the fewest real rows and the most varied phrasing: twice the share
+        count = 2 * per_kind if kind == "zh_code" else per_kind
+        for i, text in enumerate(pick(texts, count, kind)):
             rows.append(_row(kind, i, label, lang, chat([user(text)])))
     for i, (text, name, param) in enumerate(_ZH_AGENT):
         tool = {"type": "function", "function": {

@@ -22,6 +22,7 @@ from classifiers.data.sources_tools import label_by_reply
         ("用Python写一个函数，判断回文", "chat", "code"),
         ("Write a poem about autumn.", "technical", "prose"),
         ("写一首关于秋天的诗", "chat", "prose"),
+        ("分享一个关于一只怕水的鸭子的轻松故事，再加一个有趣的事实。", "technical", "prose"),
         ("thanks!", "technical", "chat"),
         ("你好呀", "technical", "chat"),
         ("Tell me a joke", "technical", "chat"),
