@@ -3,7 +3,8 @@
 Each launched backend runs in its own session (process group) with stdout and stderr appended to
 `<log_dir>/<name>.log`; on Linux it also gets SIGKILL when the process that spawned it dies
 (PR_SET_PDEATHSIG), so a crashed router leaves nothing behind. A process that dies is restarted
-with exponential backoff; stop sends SIGTERM to its group, then SIGKILL after a grace period.
+with exponential backoff, and so is one that lives but fails `failures_to_restart` health probes
+in a row (hung); stop sends SIGTERM to its group, then SIGKILL after a grace period.
 Every backend, launched or attached, is probed periodically with its engine's probe; a change
 of health calls `on_change(name, healthy, reason)` so that the router can log it and fail over.
 """
@@ -81,6 +82,7 @@ class _Managed:
         self.adapter = adapter
         self.log_path = log_path
         self.process: asyncio.subprocess.Process | None = None
+        self.killed_because = ""  # set when the supervisor kills a hung process
 
     async def spawn(self, *, tie_to_parent: bool) -> int:
         command = self.adapter.command(self.spec)
@@ -141,6 +143,7 @@ class Supervisor:
         health_interval_s: float = 5.0,
         probe_timeout_s: float = 5.0,
         failures_to_unhealthy: int = 2,
+        failures_to_restart: int = 6,
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
         stop_grace_s: float = 10.0,
@@ -156,6 +159,7 @@ class Supervisor:
         self._interval = health_interval_s
         self._probe_timeout = probe_timeout_s
         self._failures_to_unhealthy = failures_to_unhealthy
+        self._failures_to_restart = failures_to_restart
         self._backoff = (backoff_initial_s, backoff_max_s)
         self._grace = stop_grace_s
         self._tie = tie_to_parent
@@ -253,7 +257,9 @@ class Supervisor:
             if self._stopping:
                 return
             await managed.terminate(self._grace)  # reap, and kill what the leader left behind
-            why = f"exited with code {code}" if process is not None else "did not become ready"
+            why = managed.killed_because or (
+                f"exited with code {code}" if process is not None else "did not become ready")
+            managed.killed_because = ""
             self._set_health(name, False, why)
             self._update(name, pid=None, restarts=self._status[name].restarts + 1)
             await self._backoff_sleep(delay)
@@ -288,6 +294,19 @@ class Supervisor:
         first = not self._status[name].healthy and self._status[name].last_error == ""
         if first or self._failures[name] >= self._failures_to_unhealthy:
             self._set_health(name, False, why)
+        if managed is not None and 0 < self._failures_to_restart <= self._failures[name]:
+            self._restart_hung(name, managed, why)
+
+    def _restart_hung(self, name: str, managed: _Managed, why: str) -> None:
+        """A launched process that lives but has stopped answering is killed; its watcher then
+        restarts it as after a crash (a hung engine ignores a polite SIGTERM as often as not)."""
+        process = managed.process
+        if process is None:
+            return
+        self._failures[name] = 0
+        managed.killed_because = f"hung: {self._failures_to_restart} probes failed ({why}); killed"
+        self._set_health(name, False, managed.killed_because)
+        _signal_group(process.pid, signal.SIGKILL)
 
     def _set_health(self, name: str, healthy: bool, reason: str) -> None:
         before = self._status[name]

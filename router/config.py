@@ -44,6 +44,10 @@ class Limits(_Strict):
 class SupervisorConfig(_Strict):
     log_dir: str = Field("logs/backends", description="stdout/stderr of launched backends")
     health_interval_s: float = Field(5.0, gt=0, description="health probe period")
+    restart_after_failed_probes: int = Field(
+        6, ge=0, description="kill and restart a launched backend that lives but fails this "
+        "many health probes in a row (0: never)"
+    )
     startup_probe: bool = Field(
         True, description="at start, check both profiles serve one model and mtp speculates"
     )

@@ -34,7 +34,8 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
 
     supervisor = Supervisor(
         config.backends, settings.log_dir, session=app[SESSION],
-        health_interval_s=settings.health_interval_s, on_change=on_change,
+        health_interval_s=settings.health_interval_s,
+        failures_to_restart=settings.restart_after_failed_probes, on_change=on_change,
     )
     app[SUPERVISOR] = supervisor
     await supervisor.start()  # raises BackendStartError with the backend's last log lines

@@ -8,6 +8,7 @@ interpreter as BINARY and this module's name as MODEL, that command runs this fi
   --never-ready                     /health always answers 503
   --ignore-term                     ignore SIGTERM (the supervisor must escalate to SIGKILL)
   --grandchild-pidfile F            spawn a sleeping grandchild and write its PID to F
+  --hang-file F                     while F exists, requests hang (alive but unresponsive)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--never-ready", action="store_true")
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--grandchild-pidfile", type=Path)
+    parser.add_argument("--hang-file", type=Path)
     options, _ = parser.parse_known_args()  # the adapter's own flags (--metrics, -md ...)
 
     if options.starts_file is not None:
@@ -55,6 +57,8 @@ def main() -> None:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            while options.hang_file is not None and options.hang_file.exists():
+                time.sleep(0.05)  # hung: the process lives, nothing answers
             if self.path == "/health":
                 ready = not options.never_ready and time.monotonic() >= ready_at
                 self._send(200 if ready else 503, {"status": "ok" if ready else "loading"})

@@ -130,6 +130,44 @@ async def test_sigterm_ignored_escalates_to_sigkill(
     assert not alive(pid)
 
 
+async def test_hung_process_is_killed_and_restarted(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    hang = tmp_path / "hang"
+    spec = fake_spec("hung", "--hang-file", str(hang))
+    reasons: list[str] = []
+
+    async def no_wait(seconds: float) -> None:
+        reasons.append(supervisor.state("hung").last_error)  # what the restart was for
+
+    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.05,
+                            probe_timeout_s=0.2, failures_to_restart=3, backoff_sleep=no_wait)
+    await supervisor.start()
+    first_pid = supervisor.state("hung").pid
+    assert first_pid is not None
+    hang.touch()  # alive, listening, answering nothing
+    await eventually(lambda: not alive(first_pid))
+    hang.unlink()
+    await eventually(lambda: supervisor.state("hung").healthy
+                     and supervisor.state("hung").pid not in (None, first_pid))
+    assert supervisor.state("hung").restarts == 1
+    assert reasons and reasons[0].startswith("hung: 3 probes failed")
+    await supervisor.stop()
+
+
+async def test_an_engine_that_answers_is_never_restarted_for_hanging(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    spec = fake_spec("steady")
+    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.02,
+                            failures_to_restart=1)
+    await supervisor.start()
+    pid = supervisor.state("steady").pid
+    await asyncio.sleep(0.5)  # about 25 probes, every one answered
+    assert supervisor.state("steady").pid == pid and supervisor.state("steady").restarts == 0
+    await supervisor.stop()
+
+
 async def test_exit_before_ready_refuses_to_start_with_the_log(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
