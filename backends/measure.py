@@ -3,11 +3,14 @@
 Pure: the caller passes every timestamp (`now`), so the arithmetic is testable without a clock.
 Decode tokens/s is measured from the first content-bearing event to the last, over the tokens
 generated after the first: `(tokens - 1) / (t_last - t_first)`. Token count is the backend's
-`completion_tokens` when reported, else the number of content events.
+`completion_tokens` when reported, else the number of content events. With `text_cap` > 0 it
+also keeps the first `text_cap` characters of the generated text (for operators who turned
+content logging on; off by default, so nothing of a completion is held).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +25,9 @@ class StreamMeter:
     last_content_at: float | None = None
     content_events: int = 0
     report: UpstreamReport = field(default=EMPTY)
+    text_cap: int = 0
+    _text: list[str] = field(default_factory=list)
+    _text_len: int = 0
 
     def observe(self, payload: Any, now: float) -> None:
         """Fold one parsed event (or a whole non-stream response) into the measurement."""
@@ -32,7 +38,14 @@ class StreamMeter:
                 self.first_content_at = now
             self.last_content_at = now
             self.content_events += 1
+        if self._text_len < self.text_cap:
+            piece = output_text(payload)[: self.text_cap - self._text_len]
+            self._text.append(piece)
+            self._text_len += len(piece)
         self.report = merge(self.report, read_report(payload))
+
+    def text(self) -> str:
+        return "".join(self._text)
 
     def ttft_ms(self) -> float | None:
         if self.first_content_at is None:
@@ -61,6 +74,63 @@ def carries_content(payload: Mapping[str, Any]) -> bool:
     if isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
         return bool(payload.get("delta"))  # OpenAI responses
     return False
+
+
+def output_text(payload: Mapping[str, Any]) -> str:
+    """The generated text (and tool-call arguments) in one chunk, event or whole response, of
+    any of the four APIs."""
+    parts: list[str] = []
+    choices = payload.get("choices")
+    if isinstance(choices, Sequence) and not isinstance(choices, (str, bytes)):
+        for choice in choices:
+            if isinstance(choice, Mapping):
+                parts.append(_str(choice.get("text")))
+                for key in ("delta", "message"):
+                    parts.extend(_message_text(choice.get(key)))
+    kind = payload.get("type")
+    delta = payload.get("delta")
+    if kind == "content_block_delta" and isinstance(delta, Mapping):  # Anthropic stream
+        parts.append(_str(delta.get("text")) + _str(delta.get("partial_json")))
+    elif isinstance(kind, str) and kind.startswith("response.") and kind.endswith(".delta"):
+        parts.append(_str(delta))  # OpenAI responses stream
+    if kind == "message":  # Anthropic, not streamed
+        parts.extend(_blocks_text(payload.get("content")))
+    if payload.get("object") == "response":  # OpenAI responses, not streamed
+        for item in _seq(payload.get("output")):
+            if isinstance(item, Mapping):
+                parts.extend(_blocks_text(item.get("content")))
+                parts.append(_str(item.get("arguments")))
+    return "".join(parts)
+
+
+def _message_text(message: object) -> list[str]:
+    if not isinstance(message, Mapping):
+        return []
+    parts = [_str(message.get("content"))]
+    for call in _seq(message.get("tool_calls")):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            parts.append(_str(function.get("name")) + _str(function.get("arguments")))
+    return parts
+
+
+def _blocks_text(blocks: object) -> list[str]:
+    out = []
+    for block in _seq(blocks):
+        if isinstance(block, Mapping):
+            out.append(_str(block.get("text")))
+            if block.get("type") == "tool_use":
+                out.append(_str(block.get("name")) + json.dumps(block.get("input"),
+                                                                 ensure_ascii=False))
+    return out
+
+
+def _seq(value: object) -> Sequence[Any]:
+    return value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else ()
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def is_usage_only(payload: Any) -> bool:

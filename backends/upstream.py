@@ -68,6 +68,7 @@ class ForwardOptions:
     first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
     strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
     strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for (re-encodes)
+    keep_text_chars: int = 0  # keep this much generated text for the log (content logging on)
 
 
 HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
@@ -89,7 +90,8 @@ async def forward(
 
     `response_headers(result)` adds headers to the client's response once the backend is known.
     """
-    result = ForwardResult(meter=StreamMeter(started_at=started_at))
+    result = ForwardResult(meter=StreamMeter(started_at=started_at,
+                                             text_cap=options.keep_text_chars))
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
         if result.sent_at is None:

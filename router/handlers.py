@@ -20,7 +20,7 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
-from router.routing import RoutedRequest, plan_request, record_for, upstream_body
+from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
 
 ROUTED = {
     "/v1/chat/completions": "chat",
@@ -77,6 +77,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         first_byte_timeout_s=config.limits.first_byte_timeout_s,
         strip_usage=tweaked.added_usage,
         strip_meta_info=tweaked.added_meta_info,
+        keep_text_chars=CONTENT_CAP if config.log.content else 0,
     )
     counters = await spec_counters.watch(app, primary)
     result: ForwardResult | None = None

@@ -26,7 +26,7 @@ from router.records import Outcome, RouteRecord
 from router.scoring import Scorer, score_safely
 
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
-CONTENT_CAP: Final = 4_000  # characters of prompt text kept when content logging is on
+CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +138,10 @@ def record_for(
         client_disconnected=result.client_disconnected,
     )
     overhead = ((result.sent_at or ended) - started) * 1000
-    content = {"last_user": plan.view.last_user_text[:CONTENT_CAP]} if log_content else None
+    content = {
+        "last_user": plan.view.last_user_text[:CONTENT_CAP],
+        "completion": meter.text()[:CONTENT_CAP],
+    } if log_content else None
     return RouteRecord(
         ts=ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         request_id=plan.request_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.measure import StreamMeter, carries_content, is_usage_only
+from backends.measure import StreamMeter, carries_content, is_usage_only, output_text
 from backends.sse import SSESplitter, event_data, event_json
 
 STREAM = (
@@ -92,3 +92,37 @@ def test_meter_without_content_reports_nothing() -> None:
     meter = StreamMeter(started_at=0.0)
     meter.observe({"error": {"message": "x"}}, 1.0)
     assert meter.ttft_ms() is None and meter.decode_tps() is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "text"),
+    [
+        ({"choices": [{"delta": {"content": "he"}}]}, "he"),
+        ({"choices": [{"text": "llo"}]}, "llo"),
+        ({"choices": [{"message": {"content": "whole", "tool_calls": [
+            {"function": {"name": "get_weather", "arguments": '{"city":"Lisbon"}'}}]}}]},
+         'wholeget_weather{"city":"Lisbon"}'),
+        ({"choices": [{"delta": {"tool_calls": [{"function": {"arguments": '{"a'}}]}}]}, '{"a'),
+        ({"type": "content_block_delta", "delta": {"text": "z"}}, "z"),
+        ({"type": "message", "content": [{"type": "text", "text": "m"},
+                                         {"type": "tool_use", "name": "f", "input": {"x": 1}}]},
+         'mf{"x": 1}'),
+        ({"type": "response.output_text.delta", "delta": "w"}, "w"),
+        ({"object": "response", "output": [{"content": [{"type": "output_text", "text": "r"}]}]},
+         "r"),
+        ({"choices": [], "usage": {"completion_tokens": 3}}, ""),
+        ({"choices": [{"delta": {"content": None}}]}, ""),
+    ],
+)
+def test_output_text_of_every_api_shape(payload: dict[str, object], text: str) -> None:
+    assert output_text(payload) == text
+
+
+def test_meter_keeps_text_only_when_asked_and_only_up_to_its_cap() -> None:
+    chunks = [{"choices": [{"delta": {"content": c}}]} for c in ("abc", "def", "ghi")]
+    off, capped = StreamMeter(started_at=0.0), StreamMeter(started_at=0.0, text_cap=5)
+    for i, chunk in enumerate(chunks):
+        off.observe(chunk, float(i))
+        capped.observe(chunk, float(i))
+    assert off.text() == ""
+    assert capped.text() == "abcde"

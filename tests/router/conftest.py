@@ -74,6 +74,7 @@ async def start_stack(
     plain: SimState | None = None,
     health_interval_s: float = 5.0,
     engine: str = "llamacpp",
+    log_content: bool = False,
 ) -> Stack:
     mtp = mtp or SimState(profile="mtp", acceptance={"technical": 0.8})
     plain = plain or SimState(profile="plain")
@@ -89,7 +90,7 @@ async def start_stack(
         default_backend="plain-0",
         tokenizer=False,
         classifier="rules",  # routing mechanics under test, with a scorer whose verdicts are plain
-        log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
+        log=LogConfig(path=str(tmp_path / "decisions.jsonl"), content=log_content),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
         # health checks run (real supervisor); the start probe would add requests to count
         supervisor=SupervisorConfig(
