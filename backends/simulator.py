@@ -167,7 +167,7 @@ class _Plan:
 def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
     """The reply and its pacing under the cost model, deterministic in the request."""
     # The reply depends on what was asked, not on how it is delivered (like a real engine).
-    asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "return_meta_info")}
     seed = hashlib.sha256(json.dumps(asked, sort_keys=True, default=str).encode()).digest()
     rng = random.Random(seed)
     limit = body.get("max_tokens") or body.get("max_completion_tokens") or state.reply_tokens

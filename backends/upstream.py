@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from backends.jsonedit import drop_member
 from backends.measure import StreamMeter, is_usage_only
 from backends.sse import SSESplitter, event_json
 
@@ -67,7 +68,7 @@ class ForwardOptions:
     connect_timeout_s: float = 10.0
     first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
     strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
-    strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for (re-encodes)
+    strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for
     keep_text_chars: int = 0  # keep this much generated text for the log (content logging on)
 
 
@@ -180,7 +181,7 @@ async def _relay(
         payload = _json_or_none(first, upstream)
         result.meter.observe(payload, clock())
         if options.strip_meta_info and _has_meta_info(payload):
-            first = json.dumps(_without_meta_info(payload), ensure_ascii=False).encode()
+            first = _without_meta_info(first, payload)
         return web.Response(body=first, status=upstream.status, headers=headers)
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
@@ -210,7 +211,7 @@ async def _relay_events(
             if options.strip_usage and is_usage_only(payload):
                 continue
             if options.strip_meta_info and _has_meta_info(payload):
-                raw = b"data: " + json.dumps(_without_meta_info(payload), ensure_ascii=False).encode() + b"\n\n"
+                raw = _event_without_meta_info(raw, payload)
             kept.append(raw)
         if kept:  # one write per upstream read: the events arrived together
             await response.write(b"".join(kept))
@@ -271,8 +272,13 @@ def _has_meta_info(payload: object) -> bool:
     return "meta_info" in payload or in_choices
 
 
-def _without_meta_info(payload: object) -> object:
-    """The payload minus the `meta_info` the proxy asked for (top level and per choice)."""
+def _without_meta_info(body: bytes, payload: object) -> bytes:
+    """The JSON `body` minus the `meta_info` the proxy asked for (top level and per choice),
+    every other byte as the engine wrote it; re-encoded only if the text cannot be edited."""
+    edited = drop_member(body.decode("utf-8", errors="strict"), "meta_info",
+                         in_arrays=frozenset({"choices"}))
+    if edited is not None:
+        return edited.encode()
     assert isinstance(payload, dict)
     clean = {k: v for k, v in payload.items() if k != "meta_info"}
     if isinstance(clean.get("choices"), list):
@@ -280,7 +286,18 @@ def _without_meta_info(payload: object) -> object:
             {k: v for k, v in c.items() if k != "meta_info"} if isinstance(c, dict) else c
             for c in clean["choices"]
         ]
-    return clean
+    return json.dumps(clean, ensure_ascii=False).encode()
+
+
+def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
+    """One `data: {...}` SSE event minus `meta_info`, its framing kept."""
+    head, sep, rest = raw.partition(b"data:")
+    body = rest.rstrip(b"\r\n")
+    if sep and b"\n" not in body:
+        start = len(body) - len(body.lstrip(b" "))
+        return head + sep + body[:start] + _without_meta_info(body[start:], payload) + \
+            rest[len(body):]
+    return b"data: " + _without_meta_info(json.dumps(payload).encode(), payload) + b"\n\n"
 
 
 def _error_event(message: str) -> bytes:

@@ -51,6 +51,26 @@ async def test_sglang_meta_info_is_asked_for_read_and_hidden(
     assert outcome.draft_n is not None and outcome.draft_n > 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_sglang_reply_without_meta_info_is_the_engines_bytes(
+    aiohttp_server: ServerFactory, tmp_path: Path, stream: bool
+) -> None:
+    """What the client gets is byte for byte what the engine sends a client that did not ask
+    for meta_info: the proxy cuts the member out of the text instead of re-encoding it."""
+    mtp = SimState(profile="mtp", stats="meta_info")
+    stack = await start_stack(aiohttp_server, tmp_path, mtp=mtp, engine="sglang")
+    body = {**GREEDY_TECH, "stream": stream}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{stack.base_url}/chat/completions", json=body) as response:
+            proxied = await response.read()
+        direct_url = f"http://127.0.0.1:{stack.mtp_server.port}/v1/chat/completions"
+        async with session.post(direct_url, json=body) as response:
+            direct = await response.read()
+    assert mtp.received[0]["body"]["return_meta_info"] is True
+    assert b"meta_info" not in proxied
+    assert proxied == direct
+
+
 async def test_client_asking_for_meta_info_keeps_it(aiohttp_server: ServerFactory, tmp_path: Path) -> None:
     mtp = SimState(profile="mtp", stats="meta_info")
     stack = await start_stack(aiohttp_server, tmp_path, mtp=mtp, engine="sglang")
