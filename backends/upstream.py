@@ -3,7 +3,9 @@
 Edge code (aiohttp client and server). The rules:
 - Targets are tried in order. A refused connection, a 5xx status, or a body that breaks before
   its first byte moves on to the next target: nothing has reached the client yet, so nothing is
-  lost. A 4xx is the client's own error and is relayed as it is.
+  lost. A connection the backend closes before answering is first retried once on the same
+  backend (a stale keep-alive connection is not an outage). A 4xx is the client's own error
+  and is relayed as it is.
 - Once bytes have reached the client there is no retry: an upstream failure ends the stream with
   an OpenAI-style error event.
 - Bytes are relayed unchanged and as they arrive (SSE event by event, so that the usage chunk
@@ -15,6 +17,7 @@ Edge code (aiohttp client and server). The rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +42,8 @@ _HOP_BY_HOP = frozenset(
 )
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+# The backend closed the connection before answering (not: refused to connect).
+_DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +141,19 @@ async def _open(
         total=None, connect=options.connect_timeout_s, sock_connect=options.connect_timeout_s
     )
     url = target.base_url.rstrip("/") + path
+    send = functools.partial(
+        session.request, request.method, url, params=request.query, data=body,
+        headers=_upstream_headers(request.headers, target), timeout=timeout,
+        allow_redirects=False,
+    )
     try:
-        upstream = await session.request(
-            request.method,
-            url,
-            params=request.query,
-            data=body,
-            headers=_upstream_headers(request.headers, target),
-            timeout=timeout,
-            allow_redirects=False,
-        )
+        try:
+            upstream = await send()
+        except _DROPPED_UNANSWERED:
+            # Most often a pooled keep-alive connection the backend closed as we reused it
+            # (llama-server drops idle ones after 5 s): same backend, once more, before failing
+            # over and marking it failed.
+            upstream = await send()
     except _UPSTREAM_ERRORS as exc:
         return None, b"", _describe(exc)
     if upstream.status >= 500 and not last:

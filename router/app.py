@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import structlog
@@ -47,6 +47,8 @@ from router.state import (
 from router.supervision import record_restarts, supervise
 
 log = structlog.get_logger("specroute")
+# Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).
+UPSTREAM_KEEPALIVE_S: Final = 4.0
 
 
 class CallSink:
@@ -110,8 +112,12 @@ def _load_tokens(config: Config) -> TokenCounter | None:
 
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    # No auto-decompression: the backend's bytes reach the client as they were sent.
-    connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+    # No auto-decompression: the backend's bytes reach the client as they were sent. Idle
+    # connections are dropped before the backends drop them (llama-server and uvicorn, under
+    # vLLM and SGLang, close after 5 s): reusing one as it closes loses the request's connection.
+    connector = aiohttp.TCPConnector(
+        limit=0, enable_cleanup_closed=True, keepalive_timeout=UPSTREAM_KEEPALIVE_S
+    )
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         app[SESSION] = session
         yield

@@ -26,13 +26,29 @@ async def test_refused_connection_fails_over_to_the_other_profile(stack: Stack) 
     assert record.outcome.status == 200
 
 
-async def test_dropped_connection_before_any_byte_fails_over(stack: Stack) -> None:
-    stack.mtp.faults.append(Fault("refuse"))
+async def test_connection_dropped_before_any_byte_twice_fails_over(stack: Stack) -> None:
+    stack.mtp.faults.extend([Fault("refuse"), Fault("refuse")])
     async with stack.client() as client:
         reply = await client.chat.completions.create(**{**GREEDY_TECH, "stream": False})
     assert reply.choices[0].message.content
     assert stack.last.outcome.failover_from == ("mtp-0",)
-    assert len(stack.plain.received) == 1
+    assert len(stack.mtp.received) == 2 and len(stack.plain.received) == 1
+
+
+async def test_connection_dropped_once_is_retried_on_the_same_backend(stack: Stack) -> None:
+    """A stale keep-alive connection is not an outage: no failover, nothing marked failed."""
+    stack.mtp.faults.append(Fault("refuse"))
+    async with stack.client() as client:
+        raw = await client.chat.completions.with_raw_response.create(**GREEDY_TECH)
+        assert raw.headers["x-specroute-backend"] == "mtp-0"
+        assert raw.parse().choices[0].message.content
+        stream = await client.chat.completions.create(**{**GREEDY_TECH, "stream": True})
+        assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    records = await stack.logged(2)
+    assert [r.outcome.backend for r in records] == ["mtp-0", "mtp-0"]
+    assert [r.outcome.failover_from for r in records] == [(), ()]
+    assert all("failover" not in r.decision["reason"] for r in records)  # not marked failed
+    assert len(stack.mtp.received) == 3 and stack.plain.received == []
 
 
 async def test_server_error_fails_over_and_stream_still_arrives(stack: Stack) -> None:
