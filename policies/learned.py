@@ -103,6 +103,12 @@ class LearnedState:
         exact = self.beliefs.get(f"{cls}/{lang}")
         return exact if exact is not None else self.beliefs.get(f"{cls}/{ANY_LANG}")
 
+    def arm_samples(self, profile: str) -> int:
+        """Requests learned from that `profile` served, over every class (each class's pooled
+        belief counts each of its requests once)."""
+        pooled = [b for b in self.beliefs.values() if b.lang == ANY_LANG]
+        return sum(b.n_mtp if profile == "mtp" else b.n_plain for b in pooled)
+
     def thresholds(self) -> dict[str, float]:
         """Trusted thresholds by "class/lang", the shape `decide(thresholds=...)` reads."""
         return {key: b.threshold for key, b in self.beliefs.items() if b.trusted}

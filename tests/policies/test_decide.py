@@ -11,7 +11,7 @@ from classifiers.scores import Scores
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
 from policies.learn import learn
 from policies.learned import LearnedState
-from policies.schema import Policy
+from policies.schema import Exploration, Policy
 from policies.sessions import Held
 from tests.policies import synthetic
 
@@ -40,6 +40,9 @@ def _gb10_state() -> LearnedState:
 
 
 GB10_STATE = _gb10_state()
+# Both arms well sampled on prose alone: code has no belief of its own yet.
+WARM_PROSE_ONLY = learn(o for o in synthetic.observations(synthetic.GB10, 400, seed=3)
+                        if o.cls == "prose")
 
 
 @pytest.mark.parametrize(
@@ -112,8 +115,13 @@ def test_load_is_priced_in(mtp_inflight: int, plain_inflight: int, cls: str, pro
 @pytest.mark.parametrize(
     ("policy", "learned", "draw", "explored"),
     [
-        (POLICY, None, 0.01, True),  # nothing learned: the full budget
-        (POLICY, None, 0.06, False),  # outside the 5% budget
+        # cold start: the machine has no plain samples, half goes there
+        (POLICY, None, 0.49, True),
+        (POLICY, None, 0.51, False),
+        # both arms sampled, nothing known about code: the full 5% budget
+        (POLICY, WARM_PROSE_ONLY, 0.04, True),
+        (POLICY, WARM_PROSE_ONLY, 0.06, False),  # outside the 5% budget
+        (POLICY.model_copy(update={"exploration": Exploration(rate=0.0)}), None, 0.0, False),  # off
         (POLICY, GB10_STATE, 0.0, False),  # conclusive evidence: no exploration
         (POLICY.model_copy(update={"routes": {"code": "mtp"}}), None, 0.0, False),  # pinned
     ],
