@@ -140,7 +140,7 @@ def describe_request(
                     f"  in that bin: acceptance {b.acceptance:.3f} on verified cycles,"
                     f" {b.spec_share:.0%} of cycles speculated ({belief.method})"
                 )
-        other = other_profile(decision.profile)
+        other = other_profile("mtp" if decision.profile == "mtp" else "plain")
         cold = cold_arm(learned, other, policy.exploration.min_samples)
         chance = exploration_probability(belief, scores.p_spec, policy.exploration.rate, cold=cold)
         lines.append(f"  chance of being routed against the belief to explore: {chance:.1%}"
