@@ -8,8 +8,15 @@ import random
 import pytest
 
 from classifiers.request_view import view_request
-from policies.explore import CONCLUSIVE, contrary_chance, exploration_probability, explore
-from policies.learned import Belief, BinEstimate
+from policies.explore import (
+    COLD_START_SHARE,
+    CONCLUSIVE,
+    cold_arm,
+    contrary_chance,
+    exploration_probability,
+    explore,
+)
+from policies.learned import EMPTY_STATE, Belief, BinEstimate, LearnedState
 from policies.sessions import (
     SessionTable,
     conversation_key,
@@ -43,6 +50,33 @@ def test_exploration_probability(belief: Belief | None, expected: float) -> None
 
 def test_no_exploration_without_a_budget() -> None:
     assert exploration_probability(None, 0.5, 0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("belief", "rate", "expected"),
+    [
+        (None, 0.05, COLD_START_SHARE),  # an arm never sampled: a coin flip
+        (_belief(1.094, 0.002), 0.05, COLD_START_SHARE),  # even where a class looked conclusive
+        (None, 0.8, 0.8),  # a larger budget stays
+        (None, 0.0, 0.0),  # exploration off is off
+    ],
+)
+def test_cold_start_explores_the_thin_arm(belief: Belief | None, rate: float, expected: float) -> None:
+    assert exploration_probability(belief, 0.5, rate, cold=True) == expected
+
+
+def test_an_arm_is_cold_until_it_has_min_samples_over_all_classes() -> None:
+    def state(n_plain_by_class: dict[str, int]) -> LearnedState:
+        beliefs = {f"{c}/*": Belief(c, "*", "tps_ratio", 40, n, None, None, 10.0, 12.0, 0.8, 0.1,
+                                    1.01, False, ()) for c, n in n_plain_by_class.items()}
+        beliefs["code/en"] = Belief("code", "en", "tps_ratio", 40, 99, None, None, 10.0, 12.0,
+                                    0.8, 0.1, 1.01, False, ())  # a language's belief: not counted
+        return LearnedState("", 0, 0, 5, None, beliefs)
+
+    assert cold_arm(None, "plain", 5) and cold_arm(EMPTY_STATE, "mtp", 5)
+    assert cold_arm(state({"code": 2, "prose": 2}), "plain", 5)
+    assert not cold_arm(state({"code": 2, "prose": 3}), "plain", 5)
+    assert not cold_arm(state({"code": 0}), "mtp", 5)
 
 
 def test_contrary_chance_is_the_normal_tail() -> None:
