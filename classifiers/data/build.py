@@ -54,6 +54,7 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
         + derived.json_mode(questions, limit=500)
         + derived.chat_with_tools(casual, tool_rows + glaive, limit=500)
         + derived.zh_code(code, limit=300)
+        + derived.with_generic_system(real, per_class=300)
     )
     return _unique(real + extra + synthetic.seeds())
 

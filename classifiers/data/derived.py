@@ -5,7 +5,10 @@ same split) and is tagged `derived`, or `synthetic` when its last user turn is o
 - mid-loop agent turns: BFCL's ground-truth calls as assistant `tool_calls`, then tool results;
 - agentic coding: a long harness system prompt and file tools around real code tasks and issues;
 - JSON mode: real questions asked with `response_format` (a JSON reply, labelled `code`);
-- tools attached to chat turns (still `chat`), and "thanks" after a finished tool loop.
+- tools attached to chat turns (still `chat`), and "thanks" after a finished tool loop;
+- a generic system prompt ("You are a helpful assistant.") before real requests of every class:
+  most real traffic has one, and a model that saw system prompts mostly on technical rows
+  reads any system prompt as technical.
 """
 
 from __future__ import annotations
@@ -127,6 +130,34 @@ def zh_code(rows: Sequence[Row], limit: int) -> list[Row]:
         text = ZH_CODE_WRAPPERS[n % len(ZH_CODE_WRAPPERS)].format(code=code)
         body = {"model": "any", "messages": [user(text)]}
         out.append(replace(_derive(row, "zh", "code", body), lang="zh"))
+    return out
+
+
+GENERIC_SYSTEM: Final = {
+    "en": (
+        "You are a helpful assistant.", "You are a helpful, respectful and honest assistant.",
+        "You are an AI assistant. Answer the user's request.", "Be concise.",
+        "You are Aria, the assistant of Northwind Travel.", "You are assistant #7.",
+        "You are a friendly AI assistant. Reply in the language the user writes in.",
+        "Current date: 2026-03-14. You are a large language model.",
+    ),
+    "zh": (
+        "你是一个乐于助人的助手。", "你是一个AI助手，请用中文回答。", "你是一个友好的智能助手。",
+        "请简洁地回答用户的问题。", "You are a helpful assistant.", "你是小智，一个聊天机器人。",
+    ),
+}
+
+
+def with_generic_system(rows: Sequence[Row], per_class: int) -> list[Row]:
+    """Real requests without a system prompt, given a generic one; the class is unchanged."""
+    out = []
+    for label in sorted({r.label for r in rows}):
+        bare = [r for r in rows if r.label == label and r.provenance == "real"
+                and not any(m.get("role") == "system" for m in r.request["messages"])]
+        for n, row in enumerate(pick(bare, per_class, f"system/{label}")):
+            prompts = GENERIC_SYSTEM["zh" if row.lang == "zh" else "en"]
+            messages = [system(prompts[n % len(prompts)]), *_messages(row)]
+            out.append(_derive(row, "sys", label, {**row.request, "messages": messages}))
     return out
 
 
