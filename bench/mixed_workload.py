@@ -2,8 +2,9 @@
 technical explanations, prose in English, and chat in Chinese, each request tagged with its true
 class (in `metadata`, which the simulated engine reads; the router never does).
 
-Deterministic in its seed; bodies are distinct, so the simulated engine's per-body pacing gives
-every request its own draw of gate skips and accepted drafts.
+Deterministic in its seed; bodies are distinct (the system prompt numbers them), so the
+simulated engine's per-body pacing gives every request its own draw of gate skips and accepted
+drafts. The user's text is what a user would write: no nonce in it for the classifier to read.
 """
 
 from __future__ import annotations
@@ -91,23 +92,34 @@ def _agent(rng: random.Random) -> list[dict[str, Any]]:
 
 def _code(rng: random.Random) -> list[dict[str, Any]]:
     lang, task = rng.choice(_CODE_LANGS), rng.choice(_TASKS)
+    _draw_nonce(rng)
     return [{"role": "user", "content": f"Write a {lang} function that {task}. "
-             f"Include a unit test. ({rng.randint(1, 10**6)})"}]
+             "Include a unit test."}]
 
 
 def _technical(rng: random.Random) -> list[dict[str, Any]]:
     concept = rng.choice(_CONCEPTS)
+    _draw_nonce(rng)
     return [{"role": "user", "content": f"Explain how {concept} works, step by step, and what "
-             f"its main trade-offs are. ({rng.randint(1, 10**6)})"}]
+             "its main trade-offs are."}]
 
 
 def _prose(rng: random.Random) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"Write {rng.choice(_FORMS)} about "
-             f"{rng.choice(_TOPICS)}. ({rng.randint(1, 10**6)})"}]
+    text = f"Write {rng.choice(_FORMS)} about {rng.choice(_TOPICS)}."
+    _draw_nonce(rng)
+    return [{"role": "user", "content": text}]
 
 
 def _chat(rng: random.Random) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"{rng.choice(_ZH_CHAT)}（{rng.randint(1, 10**6)}）"}]
+    text = rng.choice(_ZH_CHAT)
+    _draw_nonce(rng)
+    return [{"role": "user", "content": text}]
+
+
+def _draw_nonce(rng: random.Random) -> None:
+    """The draw a numeric suffix once took (it read as technical to the classifier); kept so that
+    a seed still gives the same classes and lengths as before."""
+    rng.randint(1, 10**6)
 
 
 _MAKERS: Final = {
