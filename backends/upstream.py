@@ -91,23 +91,29 @@ async def forward(
     started_at: float,
     options: ForwardOptions = ForwardOptions(),
     response_headers: HeaderHook | None = None,
+    result: ForwardResult | None = None,
 ) -> tuple[web.StreamResponse, ForwardResult]:
     """Send `body` to the first target that takes it; relay its answer to `request`'s client.
 
     `response_headers(result)` adds headers to the client's response once the backend is known.
+    `result`, when given, is filled as the request goes, so that a caller cancelled midway (the
+    client hung up) still knows which backend served what.
     """
-    result = ForwardResult(meter=StreamMeter(started_at=started_at,
-                                             text_cap=options.keep_text_chars))
+    if result is None:
+        result = ForwardResult(meter=StreamMeter(started_at=started_at,
+                                                 text_cap=options.keep_text_chars))
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
         if result.sent_at is None:
             result.sent_at = clock()
+        result.backend, result.profile = target.name, target.profile  # being tried
         upstream, first, error = await _open(request, session, target, path, body, options, last)
         if upstream is None:
+            result.backend = result.profile = ""
             result.failover_from.append(target.name)
             result.error = f"{target.name}: {error}"
             continue
-        result.backend, result.profile, result.status = target.name, target.profile, upstream.status
+        result.status = upstream.status
         result.error = ""
         try:
             extra = response_headers(result) if response_headers is not None else {}

@@ -80,27 +80,26 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         keep_text_chars=CONTENT_CAP if config.log.content else 0,
     )
     counters = await spec_counters.watch(app, primary)
-    result: ForwardResult | None = None
+    # Filled as the request goes: a client hanging up midway leaves a complete record so far.
+    result = ForwardResult(meter=StreamMeter(started_at=started,
+                                             text_cap=options.keep_text_chars))
     pool.begin(primary)
     try:
-        response, result = await forward(
+        response, _ = await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
             clock=deps.clock, started_at=started, options=options,
-            response_headers=lambda r: _route_headers(plan, r, started),
+            response_headers=lambda r: _route_headers(plan, r, started), result=result,
         )
         return response
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
-        if result is None:
-            result = ForwardResult(meter=StreamMeter(started_at=started), client_disconnected=True)
         result.client_disconnected = True
         raise
     finally:
         pool.end(primary)
-        if result is not None:
-            if counters is None:
-                _account(app, plan, result, started)
-            else:  # an await: shielded, so that a client hanging up now loses no record
-                await _shielded(app, _settle_and_account(app, plan, result, started, counters))
+        if counters is None:
+            _account(app, plan, result, started)
+        else:  # an await: shielded, so that a client hanging up now loses no record
+            await _shielded(app, _settle_and_account(app, plan, result, started, counters))
 
 
 async def _settle_and_account(

@@ -117,6 +117,27 @@ async def test_client_disconnect_cancels_the_upstream_request(
     assert stack.last.outcome.client_disconnected is True
 
 
+async def test_a_cancelled_handler_still_logs_who_served_what(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    """As `specroute serve` and aiohttp's test server run it (handler_cancellation): a client
+    hanging up cancels the handler mid-stream, and the record still names the backend and what
+    it measured."""
+    slow = SimState(profile="mtp", reply_tokens=200, time_scale=1.0)
+    stack = await start_stack(aiohttp_server, tmp_path, mtp=slow)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{stack.base_url}/chat/completions", json={**GREEDY_TECH, "stream": True}
+        ) as response:
+            async for line in response.content:
+                if b'"content"' in line:
+                    break  # the first token arrived; now hang up
+    outcome = (await stack.logged(1))[-1].outcome
+    assert outcome.client_disconnected is True
+    assert (outcome.backend, outcome.profile, outcome.status) == ("mtp-0", "mtp", 200)
+    assert outcome.ttft_ms is not None
+
+
 async def test_failover_record_round_trips(stack: Stack) -> None:
     stack.mtp.faults.append(Fault("status", status=500))
     async with aiohttp.ClientSession() as session:
