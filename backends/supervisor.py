@@ -83,8 +83,10 @@ class _Managed:
         self.log_path = log_path
         self.process: asyncio.subprocess.Process | None = None
         self.killed_because = ""  # set when the supervisor kills a hung process
+        self.ready = False  # answered its readiness probe since it was last spawned
 
     async def spawn(self, *, tie_to_parent: bool) -> int:
+        self.ready = False
         command = self.adapter.command(self.spec)
         launch = self.spec.launch
         # The child writes to its own copy of the descriptor; ours closes when spawned.
@@ -222,6 +224,7 @@ class Supervisor:
         pid = await managed.spawn(tie_to_parent=self._tie)
         self._update(name, pid=pid)
         await self._wait_ready(managed)
+        managed.ready = True
         self._failures[name] = 0
         self._set_health(name, True, "ready")
 
@@ -277,9 +280,9 @@ class Supervisor:
 
     async def _check(self, name: str) -> None:
         managed = self._managed.get(name)
-        if managed is not None and (managed.process is None
+        if managed is not None and (managed.process is None or not managed.ready
                                     or managed.process.returncode is not None):
-            return  # dead or restarting: the watcher owns its health
+            return  # dead, restarting or still loading: the watcher owns its health
         spec = self._specs[name]
         why = await probe(self._session, spec.base_url + self._adapters[spec.engine].ready_path,
                           self._probe_timeout)

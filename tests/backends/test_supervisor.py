@@ -155,6 +155,27 @@ async def test_hung_process_is_killed_and_restarted(
     await supervisor.stop()
 
 
+async def test_a_restart_still_loading_is_not_taken_for_hung(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """Loading a model takes minutes: probes failing meanwhile are the loader's business."""
+    spec = fake_spec("loading", "--ready-after", "1.0")
+
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.05,
+                            probe_timeout_s=0.2, failures_to_restart=2, backoff_sleep=no_wait)
+    await supervisor.start()
+    first_pid = supervisor.state("loading").pid
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+    await eventually(lambda: supervisor.state("loading").healthy
+                     and supervisor.state("loading").pid not in (None, first_pid))
+    assert supervisor.state("loading").restarts == 1  # ~20 failed probes while it loaded
+    await supervisor.stop()
+
+
 async def test_an_engine_that_answers_is_never_restarted_for_hanging(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
