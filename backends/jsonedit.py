@@ -18,11 +18,12 @@ def drop_member(text: str, key: str, *, in_arrays: frozenset[str] = frozenset())
     """`text` (one JSON object) without the member `key` of the top-level object and of the
     objects directly inside its arrays named in `in_arrays`; None when `text` is not a JSON
     object. Everything else is kept byte for byte."""
-    try:
-        _DECODER.raw_decode(text.lstrip(_SPACE))
-    except ValueError:
+    stripped = text.lstrip(_SPACE)
+    if not stripped.startswith("{"):
         return None
-    if not text.lstrip(_SPACE).startswith("{"):
+    try:
+        _DECODER.raw_decode(stripped)
+    except ValueError:
         return None
     spans = _member_spans(text, key, in_arrays)
     out, at = [], 0

@@ -44,6 +44,7 @@ _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # The backend closed the connection before answering (not: refused to connect).
 _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)
+_META_INFO_ARRAYS = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,19 +289,17 @@ def _has_meta_info(payload: object) -> bool:
 
 def _without_meta_info(body: bytes, payload: object) -> bytes:
     """The JSON `body` minus the `meta_info` the proxy asked for (top level and per choice),
-    every other byte as the engine wrote it; re-encoded only if the text cannot be edited."""
-    edited = drop_member(body.decode("utf-8", errors="strict"), "meta_info",
-                         in_arrays=frozenset({"choices"}))
-    if edited is not None:
-        return edited.encode()
-    assert isinstance(payload, dict)
-    clean = {k: v for k, v in payload.items() if k != "meta_info"}
-    if isinstance(clean.get("choices"), list):
-        clean["choices"] = [
-            {k: v for k, v in c.items() if k != "meta_info"} if isinstance(c, dict) else c
-            for c in clean["choices"]
-        ]
-    return json.dumps(clean, ensure_ascii=False).encode()
+    every other byte as the engine wrote it; re-encoded from `payload` only when the bytes
+    cannot be edited (not UTF-8)."""
+    try:
+        edited = drop_member(body.decode("utf-8"), "meta_info", in_arrays=_META_INFO_ARRAYS)
+    except UnicodeDecodeError:
+        edited = None
+    if edited is None:
+        edited = drop_member(json.dumps(payload, ensure_ascii=False), "meta_info",
+                             in_arrays=_META_INFO_ARRAYS)
+    assert edited is not None  # `payload` is the JSON object `body` held
+    return edited.encode()
 
 
 def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
@@ -311,7 +310,7 @@ def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
         start = len(body) - len(body.lstrip(b" "))
         return head + sep + body[:start] + _without_meta_info(body[start:], payload) + \
             rest[len(body):]
-    return b"data: " + _without_meta_info(json.dumps(payload).encode(), payload) + b"\n\n"
+    return b"data: " + _without_meta_info(b"", payload) + b"\n\n"  # multi-line: re-encoded
 
 
 def _error_event(message: str) -> bytes:
