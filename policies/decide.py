@@ -17,7 +17,7 @@ from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.explore import cold_arm, explore, other_profile
+from policies.explore import cold_arm, explore
 from policies.learned import Belief, LearnedState
 from policies.schema import Policy, Profile
 from policies.sessions import Held, expected_remaining_tokens, switch_verdict
@@ -91,7 +91,7 @@ def decide(
     belief = _belief(learned, scores)
     explored = False
     if draw is not None and reason in AUTO_REASONS and scores is not None:
-        cold = cold_arm(learned, other_profile(profile), policy.exploration.min_samples)
+        cold = cold_arm(learned, profile, policy.exploration.min_samples)
         choice = explore(profile, belief, scores.p_spec, policy.exploration.rate, draw, cold=cold)
         profile, explored = choice.profile, choice.explored
     if held is not None and policy.stickiness.enabled and reason in CLASS_REASONS:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decide import Decision
-from policies.explore import cold_arm, exploration_probability, other_profile
+from policies.explore import cold_arm, exploration_probability
 from policies.learned import NEVER, Belief, CostFit, LearnedState, acceptance_for_speedup
 from policies.schema import Policy
 
@@ -140,11 +140,10 @@ def describe_request(
                     f"  in that bin: acceptance {b.acceptance:.3f} on verified cycles,"
                     f" {b.spec_share:.0%} of cycles speculated ({belief.method})"
                 )
-        other = other_profile("mtp" if decision.profile == "mtp" else "plain")
-        cold = cold_arm(learned, other, policy.exploration.min_samples)
+        cold = cold_arm(learned, decision.profile, policy.exploration.min_samples)
         chance = exploration_probability(belief, scores.p_spec, policy.exploration.rate, cold=cold)
         lines.append(f"  chance of being routed against the belief to explore: {chance:.1%}"
-                     + (f" (cold start: too few {other} samples on this machine)" if cold else ""))
+                     + (" (cold start: too few samples of the other instance)" if cold else ""))
     return lines
 
 

@@ -77,9 +77,11 @@ def explore(
     return Exploration(profile, False, probability)
 
 
-def cold_arm(learned: LearnedState | None, profile: Profile, min_samples: int) -> bool:
-    """Whether `profile` has served fewer than `min_samples` learnable requests machine-wide."""
-    return (learned.arm_samples(profile) if learned is not None else 0) < min_samples
+def cold_arm(learned: LearnedState | None, believed: str, min_samples: int) -> bool:
+    """Whether the profile other than `believed` (the one exploring would send a request to)
+    has served fewer than `min_samples` learnable requests machine-wide."""
+    other = "plain" if believed == "mtp" else "mtp"
+    return (learned.arm_samples(other) if learned is not None else 0) < min_samples
 
 
 def other_profile(profile: Profile) -> Profile:

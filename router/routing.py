@@ -140,7 +140,7 @@ def record_for(
     overhead = ((result.sent_at or ended) - started) * 1000
     content = {
         "last_user": plan.view.last_user_text[:CONTENT_CAP],
-        "completion": meter.text()[:CONTENT_CAP],
+        "completion": meter.text(),  # the meter keeps at most CONTENT_CAP characters
     } if log_content else None
     return RouteRecord(
         ts=ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),

@@ -73,10 +73,11 @@ def test_an_arm_is_cold_until_it_has_min_samples_over_all_classes() -> None:
                                     0.8, 0.1, 1.01, False, ())  # a language's belief: not counted
         return LearnedState("", 0, 0, 5, None, beliefs)
 
-    assert cold_arm(None, "plain", 5) and cold_arm(EMPTY_STATE, "mtp", 5)
-    assert cold_arm(state({"code": 2, "prose": 2}), "plain", 5)
-    assert not cold_arm(state({"code": 2, "prose": 3}), "plain", 5)
-    assert not cold_arm(state({"code": 0}), "mtp", 5)
+    # the arm asked about is the one exploration would go to: not the believed profile
+    assert cold_arm(None, "mtp", 5) and cold_arm(EMPTY_STATE, "plain", 5)
+    assert cold_arm(state({"code": 2, "prose": 2}), "mtp", 5)
+    assert not cold_arm(state({"code": 2, "prose": 3}), "mtp", 5)
+    assert not cold_arm(state({"code": 0}), "plain", 5)
 
 
 def test_contrary_chance_is_the_normal_tail() -> None:
