@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -69,15 +70,16 @@ def ensure_pair(kind: str, root: Path | None = None, progress: Progress = stderr
 def local_pair_specs(
     kind: str,
     *,
-    plain_port: int,
-    mtp_port: int,
+    plain_port: int = 0,
+    mtp_port: int = 0,
     root: Path | None = None,
     threads: int = 0,
     ctx: int = 4096,
 ) -> list[BackendSpec]:
     """The plain and the depth-1 launch specs for the cached pair `kind`.
 
-    Raises LocalBackendError naming the command to run when the pair is not cached.
+    Ports 0 (the default) are free loopback ports picked here. Raises LocalBackendError naming
+    the command to run when the pair is not cached.
     `threads` 0 gives each instance half the cores: two instances share the machine, and
     llama.cpp's thread barrier collapses when its threads compete for a core (measured on a
     busy 2-core VM, SmolLM2: ~55 tok/s with 1 thread, 4-8 tok/s with 2). `ctx` bounds the KV
@@ -98,11 +100,19 @@ def local_pair_specs(
                           spec_method="draft" if draft else "auto", port=port, args=args,
                           ready_timeout_s=120.0)
 
-    plain, mtp = launch(plain_port, ""), launch(mtp_port, str(pair.draft))
+    plain = launch(plain_port or free_loopback_port(), "")
+    mtp = launch(mtp_port or free_loopback_port(), str(pair.draft))
     return [
         BackendSpec(name=f"{kind}-plain", engine="llamacpp", profile="plain", launch=plain),
         BackendSpec(name=f"{kind}-mtp", engine="llamacpp", profile="mtp", launch=mtp),
     ]
+
+
+def free_loopback_port() -> int:
+    """A port nothing listens on now (the OS picks it; the instance binds it moments later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _describe(pair: LocalPair) -> str:

@@ -29,12 +29,11 @@ import json
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -48,6 +47,7 @@ from policies.decide import BackendState, decide
 from policies.learn import Observation, learn
 from policies.learned import EMPTY_STATE, LearnedState, acceptance_for_speedup
 from policies.schema import Exploration, Policy
+from router.serve import start_site
 
 BACKENDS = (BackendState("mtp-0", "mtp"), BackendState("plain-0", "plain"))
 
@@ -329,7 +329,7 @@ async def local_pair(kind: str) -> AsyncIterator[dict[str, str]]:
     from backends.localpair import local_pair_specs
     from backends.supervisor import Supervisor
 
-    specs = local_pair_specs(kind, plain_port=_free_port(), mtp_port=_free_port())
+    specs = local_pair_specs(kind)
     async with aiohttp.ClientSession() as session:
         supervisor = Supervisor(specs, Path("bench/out/local-pair-logs"), session=session)
         await supervisor.start()
@@ -350,24 +350,6 @@ def local_requests(pool_size: int, seed: int) -> list[BenchRequest]:
 async def measure_local(pool_size: int, seed: int, max_seconds: float, kind: str) -> list[Measured]:
     async with local_pair(kind) as urls:
         return await measure_pool(local_requests(pool_size, seed), urls, max_seconds)
-
-
-async def start_site(app: web.Application) -> tuple[None, int, Callable[[], Awaitable[None]]]:
-    """Serve `app` on a free loopback port; returns (None, port, stop)."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return None, int(port), runner.cleanup
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

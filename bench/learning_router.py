@@ -36,7 +36,6 @@ from bench.learning import (
     local_pair,
     local_requests,
     measure_pool,
-    start_site,
 )
 from bench.mixed_workload import BenchRequest, make_requests
 from policies.commands import learn_to_file, read_jsonl_observations
@@ -44,6 +43,7 @@ from policies.learned import LearnedState
 from policies.schema import Policy
 from router.app import create_app
 from router.config import Config, LearnConfig, LogConfig
+from router.serve import start_site
 from router.state import POLICY, Deps
 
 

@@ -14,7 +14,6 @@ learner chose for this machine.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from collections import defaultdict
@@ -126,7 +125,7 @@ def _local_specs() -> tuple[list[BackendSpec], str]:
     print("specroute demo: the real local llama.cpp pair (Qwen2.5-Coder 1.5B, draft 0.5B, depth 1);"
           " the first run builds and downloads into the cache (~10-15 minutes), later runs reuse it")
     pair = ensure_pair("qwen")
-    specs = local_pair_specs("qwen", plain_port=_free_port(), mtp_port=_free_port())
+    specs = local_pair_specs("qwen")
     return specs, pair.target.stem
 
 
@@ -207,10 +206,3 @@ def _median(values: Sequence[float]) -> float | None:
 
 def _fmt(value: float | None, width: int, digits: int) -> str:
     return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-

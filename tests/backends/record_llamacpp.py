@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,6 @@ from backends.supervisor import Supervisor
 
 HERE = Path(__file__).resolve().parent
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def requests_to_record(model: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
@@ -50,7 +43,7 @@ def requests_to_record(model: str) -> dict[str, tuple[str, str, dict[str, Any]]]
 
 async def record(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    plain, mtp = local_pair_specs("smollm2", plain_port=_port(), mtp_port=_port())
+    plain, mtp = local_pair_specs("smollm2")
     urls = {"plain": plain.base_url, "mtp": mtp.base_url}
     model = Path(plain.launch.model).stem if plain.launch else ""
     async with aiohttp.ClientSession() as session:

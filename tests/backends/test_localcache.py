@@ -120,3 +120,7 @@ def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
     assert adapter_for(mtp).command(mtp).argv == (
         str(server), "-m", target, "--host", "127.0.0.1", "--port", "8102", "--metrics",
         "-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", "1", *tail)
+    # without ports: two free loopback ports, picked apart
+    free_plain, free_mtp = local_pair_specs("qwen", root=tmp_path)
+    ports = {s.launch.port for s in (free_plain, free_mtp) if s.launch is not None}
+    assert len(ports) == 2 and 0 not in ports

@@ -60,6 +60,12 @@ async def eventually(check: Callable[[], bool], seconds: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def serving_again(supervisor: Supervisor, name: str, old_pid: int) -> None:
+    """Wait (bounded) until `name` is healthy again under a new process."""
+    await eventually(lambda: supervisor.state(name).healthy
+                     and supervisor.state(name).pid not in (None, old_pid))
+
+
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as client:
@@ -106,8 +112,7 @@ async def test_killed_process_is_restarted_with_exponential_backoff(
     assert first_pid is not None
     os.kill(first_pid, signal.SIGKILL)
     # starts 2, 3 and 4 exit at once; start 5 serves again
-    await eventually(lambda: supervisor.state("flaky").healthy
-                     and supervisor.state("flaky").pid not in (None, first_pid))
+    await serving_again(supervisor, "flaky", first_pid)
     status = supervisor.state("flaky")
     assert status.restarts == 4
     assert delays == [0.5, 1.0, 1.5, 1.5]  # doubled after each failure, capped
@@ -148,8 +153,7 @@ async def test_hung_process_is_killed_and_restarted(
     hang.touch()  # alive, listening, answering nothing
     await eventually(lambda: not alive(first_pid))
     hang.unlink()
-    await eventually(lambda: supervisor.state("hung").healthy
-                     and supervisor.state("hung").pid not in (None, first_pid))
+    await serving_again(supervisor, "hung", first_pid)
     assert supervisor.state("hung").restarts == 1
     assert reasons and reasons[0].startswith("hung: 3 probes failed")
     await supervisor.stop()
@@ -170,8 +174,7 @@ async def test_a_restart_still_loading_is_not_taken_for_hung(
     first_pid = supervisor.state("loading").pid
     assert first_pid is not None
     os.kill(first_pid, signal.SIGKILL)
-    await eventually(lambda: supervisor.state("loading").healthy
-                     and supervisor.state("loading").pid not in (None, first_pid))
+    await serving_again(supervisor, "loading", first_pid)
     assert supervisor.state("loading").restarts == 1  # ~20 failed probes while it loaded
     await supervisor.stop()
 

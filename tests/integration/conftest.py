@@ -7,7 +7,6 @@ unset; `make test` builds the cache first, so in CI these tests always run.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,6 @@ import pytest
 from backends.localpair import find_pair, local_pair_specs
 from backends.spec import BackendSpec
 from backends.supervisor import Supervisor
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def require_smollm2() -> None:
@@ -49,8 +42,7 @@ class Pair:
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     require_smollm2()
-    plain, mtp = local_pair_specs("smollm2", plain_port=free_port(), mtp_port=free_port(),
-                                  ctx=2048)
+    plain, mtp = local_pair_specs("smollm2", ctx=2048)
     changes: list[tuple[str, bool, str]] = []
     async with aiohttp.ClientSession() as session:
         supervisor = Supervisor([plain, mtp], tmp_path / "logs", session=session,
