@@ -134,6 +134,14 @@ async def _generate(request: web.Request) -> web.StreamResponse:
         return web.json_response(
             {"error": {"message": "simulated failure", "type": "server_error"}}, status=fault.status
         )
+    temperature = body.get("temperature")
+    if temperature is not None and not isinstance(temperature, (int, float)):
+        # as llama-server answers a wrongly typed field: a 500 that is the request's fault
+        return web.json_response(
+            {"error": {"code": 500, "type": "server_error",
+                       "message": "[json.exception.type_error.302] type must be number"}},
+            status=500,
+        )
     if fault is not None and fault.kind in ("delay", "hang"):
         await asyncio.sleep(fault.delay_s if fault.kind == "delay" else 3600)
     state.inflight += 1

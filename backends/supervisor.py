@@ -7,6 +7,11 @@ with exponential backoff, and so is one that lives but fails `failures_to_restar
 in a row (hung); stop sends SIGTERM to its group, then SIGKILL after a grace period.
 Every backend, launched or attached, is probed periodically with its engine's probe; a change
 of health calls `on_change(name, healthy, reason)` so that the router can log it and fail over.
+A refused connection marks a backend unhealthy at once (nothing listens: it is down, not busy);
+a slow or failing answer needs `failures_to_unhealthy` in a row. A backend that is unhealthy or
+has just failed a probe is probed again every `retry_interval_s` (not every
+`health_interval_s`), so that an outage and a recovery are both noticed within about a second.
+`refresh(max_age_s)` probes now whatever was not probed that recently (`/readyz` calls it).
 """
 
 from __future__ import annotations
@@ -66,12 +71,20 @@ def log_tail(path: Path, lines: int = 20) -> str:
 
 async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
     """"" when `url` answers 200, else why not."""
+    why, _ = await probe_once(session, url, timeout_s)
+    return why
+
+
+async def probe_once(session: aiohttp.ClientSession, url: str, timeout_s: float) -> tuple[str, bool]:
+    """("", False) when `url` answers 200, else (why not, whether the connection was refused)."""
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
             await response.read()
-            return "" if response.status == 200 else f"{url} answered {response.status}"
+            return ("", False) if response.status == 200 else (f"{url} answered {response.status}", False)
+    except aiohttp.ClientConnectorError as error:  # refused or unreachable: down, not busy
+        return f"{url}: {type(error).__name__} {error}".strip(), True
     except (TimeoutError, aiohttp.ClientError, OSError) as error:
-        return f"{url}: {type(error).__name__} {error}".strip()
+        return f"{url}: {type(error).__name__} {error}".strip(), False
 
 
 class _Managed:
@@ -143,6 +156,7 @@ class Supervisor:
         *,
         session: aiohttp.ClientSession,
         health_interval_s: float = 5.0,
+        retry_interval_s: float = 0.5,
         probe_timeout_s: float = 5.0,
         failures_to_unhealthy: int = 2,
         failures_to_restart: int = 6,
@@ -159,6 +173,9 @@ class Supervisor:
         self._log_dir = Path(log_dir)
         self._session = session
         self._interval = health_interval_s
+        self._retry_interval = min(retry_interval_s, health_interval_s)
+        self._last_probe: dict[str, float] = {}
+        self._refreshing: asyncio.Future[list[None]] | None = None
         self._probe_timeout = probe_timeout_s
         self._failures_to_unhealthy = failures_to_unhealthy
         self._failures_to_restart = failures_to_restart
@@ -273,10 +290,28 @@ class Supervisor:
             except BackendStartError as error:
                 self._update(name, last_error=str(error).splitlines()[0])
 
+    async def refresh(self, max_age_s: float) -> None:
+        """Probe now every backend not probed in the last `max_age_s` (one round at a time:
+        concurrent callers share it)."""
+        if self._refreshing is None or self._refreshing.done():
+            now = time.monotonic()
+            stale = [n for n in self._specs if now - self._last_probe.get(n, 0.0) >= max_age_s]
+            self._refreshing = asyncio.gather(*(self._check(name) for name in stale))
+        await asyncio.shield(self._refreshing)
+
     async def _health_loop(self) -> None:
+        for name in self._specs:  # start() has just probed them all
+            self._last_probe.setdefault(name, time.monotonic())
         while not self._stopping:
-            await asyncio.sleep(self._interval)
-            await asyncio.gather(*(self._check(name) for name in self._specs))
+            await asyncio.sleep(self._retry_interval)
+            now = time.monotonic()
+            due = [n for n in self._specs if now - self._last_probe.get(n, 0.0) >= self._period(n)]
+            await asyncio.gather(*(self._check(name) for name in due))
+
+    def _period(self, name: str) -> float:
+        """Healthy and quiet: the configured interval; unhealthy or just failed: the retry one."""
+        steady = self._status[name].healthy and self._failures[name] == 0
+        return self._interval if steady else self._retry_interval
 
     async def _check(self, name: str) -> None:
         managed = self._managed.get(name)
@@ -284,8 +319,11 @@ class Supervisor:
                                     or managed.process.returncode is not None):
             return  # dead, restarting or still loading: the watcher owns its health
         spec = self._specs[name]
-        why = await probe(self._session, spec.base_url + self._adapters[spec.engine].ready_path,
-                          self._probe_timeout)
+        self._last_probe[name] = time.monotonic()
+        why, down = await probe_once(
+            self._session, spec.base_url + self._adapters[spec.engine].ready_path,
+            self._probe_timeout,
+        )
         if self._stopping:
             return
         if not why:
@@ -295,7 +333,7 @@ class Supervisor:
         self._failures[name] += 1
         # One slow probe while the engine is busy is not an outage; a few in a row are.
         first = not self._status[name].healthy and self._status[name].last_error == ""
-        if first or self._failures[name] >= self._failures_to_unhealthy:
+        if down or first or self._failures[name] >= self._failures_to_unhealthy:
             self._set_health(name, False, why)
         if managed is not None and 0 < self._failures_to_restart <= self._failures[name]:
             self._restart_hung(name, managed, why)

@@ -1,11 +1,17 @@
 """The upstream client: forward one request, fail over before the first byte, relay as it comes.
 
 Edge code (aiohttp client and server). The rules:
-- Targets are tried in order. A refused connection, a 5xx status, or a body that breaks before
-  its first byte moves on to the next target: nothing has reached the client yet, so nothing is
-  lost. A connection the backend closes before answering is first retried once on the same
-  backend (a stale keep-alive connection is not an outage). A 4xx is the client's own error
-  and is relayed as it is.
+- Targets are tried in order. A refused connection, a timeout, a status by which an engine says
+  it cannot serve now (502, 503, 504, 529: `BACKEND_FAILED_STATUSES`), or a body that breaks
+  before its first byte moves on to the next target: nothing has reached the client yet, so
+  nothing is lost, and the caller marks that backend failed. A connection the backend closes
+  before answering is first retried once on the same backend (a stale keep-alive connection is
+  not an outage).
+- Any other answer is the backend's answer to this request and is relayed as it is: a 4xx is
+  the client's own error, and so, as a rule, is a 500 (llama-server answers a wrongly typed
+  field such as `"temperature": "hot"` with a 500). Neither counts against the backend's
+  health: otherwise any client could knock the backends out with bad requests. An engine that
+  is really broken says so on its health endpoint, which the supervisor probes.
 - Once bytes have reached the client there is no retry: an upstream failure ends the stream with
   an OpenAI-style error event.
 - Bytes are relayed unchanged and as they arrive (SSE event by event, so that the usage chunk
@@ -40,11 +46,17 @@ _HOP_BY_HOP = frozenset(
         "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
     )
 )
+# The proxy sends the body it read, already decoded (aiohttp undoes Content-Encoding), and asks
+# for the backend's bytes as they are.
+_RECODED = frozenset({"accept-encoding", "content-encoding"})
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # The backend closed the connection before answering (not: refused to connect).
 _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)
 _META_INFO_ARRAYS = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
+# Statuses that mean "this backend cannot serve now" (gateway errors, loading or overloaded
+# engines: llama-server and vLLM answer 503, overloaded APIs 529), not "this request is bad".
+BACKEND_FAILED_STATUSES = frozenset({502, 503, 504, 529})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +175,7 @@ async def _open(
             upstream = await send()
     except _UPSTREAM_ERRORS as exc:
         return None, b"", _describe(exc)
-    if upstream.status >= 500 and not last:
+    if upstream.status in BACKEND_FAILED_STATUSES and not last:
         upstream.close()
         return None, b"", f"status {upstream.status}"
     try:
@@ -246,7 +258,7 @@ def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDic
     headers: CIMultiDict[str] = CIMultiDict()
     for key, value in incoming.items():
         lower = key.lower()
-        if lower in _HOP_BY_HOP or lower.startswith("x-specroute-") or lower == "accept-encoding":
+        if lower in _HOP_BY_HOP or lower.startswith("x-specroute-") or lower in _RECODED:
             continue
         headers.add(key, value)
     headers["Accept-Encoding"] = "identity"  # relay the backend's bytes as they are

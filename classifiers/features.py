@@ -11,6 +11,7 @@ bumps `FEATURE_SCHEMA_VERSION`, and model artifacts refuse to load on a mismatch
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -197,7 +198,8 @@ def _tokens_per_char(text: str, count_tokens: TokenCounter | None) -> float:
     if not sample:
         return 1.0 / FALLBACK_CHARS_PER_TOKEN
     if count_tokens is not None:
-        return count_tokens(sample) / len(sample)
+        with contextlib.suppress(Exception):  # a tokenizer failure never fails a request
+            return count_tokens(sample) / len(sample)
     cjk = len(_CJK.findall(sample))
     return (cjk + (len(sample) - cjk) / FALLBACK_CHARS_PER_TOKEN) / len(sample)
 

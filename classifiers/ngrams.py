@@ -89,7 +89,9 @@ def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:
     """Indices of the character n-grams of one field (lower-cased, whitespace squeezed)."""
     if not text:
         return np.zeros(0, dtype=np.int64)
-    codes = np.frombuffer(" ".join(text.lower().split()).encode("utf-32-le"), dtype=np.uint32)
+    # surrogatepass: a lone surrogate a client sent (valid JSON) hashes as its code point
+    squeezed = " ".join(text.lower().split())
+    codes = np.frombuffer(squeezed.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     # FNV-style, extended one character per order: the hashes of the n-grams of order k are
     # those of order k-1 combined with the next character (one vector pass per order).
     out = []

@@ -37,6 +37,10 @@ def load_counter(path: Path | None = None) -> TokenCounter:
         raise TokenizerUnavailable(f"cannot load tokenizer: {exc}") from exc
 
     def count_tokens(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+        try:
+            return len(tokenizer.encode(text, add_special_tokens=False).ids)
+        except TypeError:  # a lone surrogate (valid in JSON, not in UTF-8): count it as U+FFFD
+            clean = text.encode("utf-8", "replace").decode("utf-8")
+            return len(tokenizer.encode(clean, add_special_tokens=False).ids)
 
     return count_tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import aiohttp
@@ -27,8 +27,8 @@ from router.learning import background_learner
 from router.logfile import DecisionLog
 from router.metrics import Metrics
 from router.pool import BackendPool
-from router.records import RouteRecord
 from router.scoring import ScorerHolder
+from router.sinks import CallSink, SinkHealth
 from router.state import (
     CONFIG,
     DEPS,
@@ -39,6 +39,7 @@ from router.state import (
     SCORER,
     SESSION,
     SESSIONS,
+    SINK_HEALTH,
     SINKS,
     TASKS,
     TOKENS,
@@ -49,16 +50,6 @@ from router.supervision import record_restarts, supervise
 log = structlog.get_logger("specroute")
 # Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).
 UPSTREAM_KEEPALIVE_S: Final = 4.0
-
-
-class CallSink:
-    """A record sink from a function (metrics, the dashboard's ring)."""
-
-    def __init__(self, function: Callable[[RouteRecord], None]) -> None:
-        self._function = function
-
-    def write_record(self, record: RouteRecord) -> None:
-        self._function(record)
 
 
 def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
@@ -76,7 +67,9 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
     app[METRICS] = Metrics()
     app[RECENT] = RecentRecords()
-    app[SINKS] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add), *deps.sinks]
+    app[SINKS] = [CallSink("metrics", app[METRICS].observe), CallSink("dashboard", app[RECENT].add),
+                  *deps.sinks]
+    app[SINK_HEALTH] = SinkHealth(on_failure=app[METRICS].inc_sink_failure)
     app[TASKS] = set()
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)
@@ -84,7 +77,8 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(_reloader)
     app.cleanup_ctx.append(background_learner)
     handlers.add_routes(app)
-    add_dashboard_routes(app, records_source=app[RECENT].snapshot, status_source=lambda: _status(app))
+    add_dashboard_routes(app, records_source=app[RECENT].snapshot, status_source=lambda: _status(app),
+                         admin_token=config.admin.token)
     return app
 
 

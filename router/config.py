@@ -53,6 +53,13 @@ class SupervisorConfig(_Strict):
     )
 
 
+class AdminConfig(_Strict):
+    token: str = Field(
+        "", description="bearer token that opens /metrics and /dashboard to non-loopback "
+        "clients ('': loopback clients only)"
+    )
+
+
 class LearnConfig(_Strict):
     interval_s: float = Field(
         300.0, ge=0, description="learn thresholds from the decision log this often (0: never)"
@@ -74,6 +81,7 @@ class Config(_Strict):
     limits: Limits = Field(default_factory=Limits)
     supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
     learn: LearnConfig = Field(default_factory=LearnConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
 
     @model_validator(mode="after")
     def _names(self) -> Config:

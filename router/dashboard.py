@@ -3,14 +3,14 @@ served from the `plotly` Python package: nothing comes from a CDN, the page work
 
 The page polls `GET /dashboard/data.json` every few seconds. The numbers come from
 `router.summary` (the same aggregates `tail` and `report` print); this module only shapes them for
-the page and serves the files. Loopback clients only, unless `allow_remote` is set: the page shows
+the page and serves the files. Loopback clients only (or those presenting `admin_token`), unless
+`allow_remote` is set: the page shows
 traffic metadata the operator may not want to expose.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from router.admin import guard_admin, is_loopback
 from router.records import RouteRecord
 from router.summary import (
     GroupSummary,
@@ -158,10 +159,7 @@ def _plotly_js_path() -> Path:
 
 
 def _is_loopback(remote: str | None) -> bool:
-    try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return remote == "unix"  # aiohttp's test/unix-socket transports have no IP
+    return is_loopback(remote)
 
 
 def add_dashboard_routes(
@@ -170,6 +168,7 @@ def add_dashboard_routes(
     records_source: RecordsSource,
     status_source: StatusSource,
     allow_remote: bool = False,
+    admin_token: str = "",
     recent_n: int = 50,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> None:
@@ -177,8 +176,8 @@ def add_dashboard_routes(
     plotly_js = _plotly_js_path()
 
     def guard(request: web.Request) -> None:
-        if not allow_remote and not _is_loopback(request.remote):
-            raise web.HTTPForbidden(text="the dashboard answers loopback clients only\n")
+        if not allow_remote:
+            guard_admin(request, admin_token)
 
     async def page(request: web.Request) -> web.StreamResponse:
         guard(request)

@@ -2,12 +2,14 @@
 
 Routed endpoints (`/v1/chat/completions`, `/v1/completions`, `/v1/messages`, `/v1/responses`)
 are classified and sent to the chosen profile; `/v1/models` merges the backends' lists; every
-other `/v1/*` path goes unchanged to the default backend.
+other normalised `/v1/*` path goes unchanged to the default backend. Other methods on the
+routed paths and on `/v1/models` get a JSON 405, not the backend's own page.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Coroutine
 from typing import Any
@@ -19,8 +21,11 @@ from backends.engines import adapter_for
 from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
+from router.admin import guard_admin
 from router.errors import RequestError, error_response
+from router.paths import forwardable_path
 from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
+from router.sinks import write_all
 
 ROUTED = {
     "/v1/chat/completions": "chat",
@@ -29,16 +34,48 @@ ROUTED = {
     "/v1/responses": "responses",
 }
 MODELS_TIMEOUT_S = 10.0
+# /readyz re-probes backends not probed within this long, waiting at most READYZ_WAIT_S: with no
+# traffic, a dead backend shows on /readyz at once rather than at the next periodic probe.
+READYZ_MAX_AGE_S = 1.0
+READYZ_WAIT_S = 1.0
 
 
 def add_routes(app: web.Application) -> None:
     for path, endpoint in ROUTED.items():
         app.router.add_post(path, _routed_handler(endpoint))
+        app.router.add_route("*", path, _method_not_allowed("POST"))
     app.router.add_get("/v1/models", models)
+    app.router.add_route("*", "/v1/models", _method_not_allowed("GET, HEAD"))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
+
+
+def _method_not_allowed(allow: str) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = error_response(
+            405, f"{request.method} is not allowed on {request.path}; use {allow}.",
+            code="method_not_allowed",
+        )
+        response.headers["Allow"] = allow
+        return response
+
+    return handler
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request body, decoded per its Content-Encoding; a body that cannot be read as
+    declared (gzip that is not gzip, a broken chunked framing) is the client's fault: 400."""
+    try:
+        return await request.read()
+    except web.RequestPayloadError as exc:
+        cause = exc.__cause__ or exc.__context__
+        kind = type(cause).__name__ if cause is not None else "payload error"
+        raise RequestError(
+            400, f"The request body could not be read as declared by its headers ({kind}).",
+            code="invalid_body_encoding",
+        ) from exc
 
 
 def _routed_handler(endpoint: str) -> Any:
@@ -52,7 +89,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     app = request.app
     deps, pool, sessions = app[state.DEPS], app[state.POOL], app[state.SESSIONS]
     started = deps.clock()
-    raw = await request.read()
+    raw = await read_body(request)
     snapshot = app[state.POLICY].snapshot
     plan = plan_request(
         endpoint,
@@ -151,8 +188,8 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
         plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,
     )
-    for sink in app[state.SINKS]:
-        sink.write_record(record)
+    sinks = app[state.SINKS]
+    write_all(sinks, record, app[state.SINK_HEALTH])
 
 
 async def models(request: web.Request) -> web.Response:
@@ -187,15 +224,20 @@ async def _list_models(session: aiohttp.ClientSession, base_url: str, api_key: s
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other /v1/* path: unchanged to the default backend (the others if it is down)."""
+    """Any other normalised /v1/* path: unchanged to the default backend (the others if it is
+    down). `..`, `.` and empty segments, raw or percent-encoded, are a 404: they would reach
+    the backend's own endpoints."""
+    path = forwardable_path(request.path)
+    if path is None:
+        raise RequestError(404, "Unknown path.", code="not_found")
     app = request.app
     deps, pool, config = app[state.DEPS], app[state.POOL], app[state.CONFIG]
     started = deps.clock()
     default = config.default_backend_name
     healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
-    body = await request.read() if request.can_read_body else None
+    body = await read_body(request) if request.can_read_body else None
     response, result = await forward(
-        request, app[state.SESSION], pool.targets([default, *healthy]), request.path_qs.split("?")[0],
+        request, app[state.SESSION], pool.targets([default, *healthy]), path,
         body, clock=deps.clock, started_at=started,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
@@ -206,7 +248,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition of this app's registry."""
+    """Prometheus exposition of this app's registry (loopback or admin token only)."""
+    guard_admin(request, request.app[state.CONFIG].admin.token)
     body, content_type = request.app[state.METRICS].render()
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
@@ -219,11 +262,17 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
+    supervisor = app.get(state.SUPERVISOR)
+    if supervisor is not None:
+        with contextlib.suppress(TimeoutError):  # a hung probe: report what is known
+            await asyncio.wait_for(supervisor.refresh(READYZ_MAX_AGE_S), READYZ_WAIT_S)
     now = app[state.DEPS].clock()
     pool = app[state.POOL]
     ready = pool.any_healthy(now)
     return web.json_response(
-        {"ready": ready, "backends": pool.describe(now)}, status=200 if ready else 503
+        {"ready": ready, "backends": pool.describe(now),
+         "record_sinks": app[state.SINK_HEALTH].describe()},
+        status=200 if ready else 503,
     )
 
 

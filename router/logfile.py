@@ -1,9 +1,12 @@
 """The decision log on disk: the writer the proxy appends to, and the readers `tail`, `report`,
 `learn` and `train` use.
 
-Writer: append-only JSON Lines. Each record is one `write()` of the whole line, newline included,
-on a line-buffered file, so once `write_record` returns the line is in the OS and a crash of the
-proxy loses at most the line being written. Writes are synchronous on purpose: a line is a few KB
+Writer: append-only JSON Lines. Each record is one `write()` system call of the whole line,
+newline included, on an unbuffered file, so once `write_record` returns the line is in the OS and
+a crash of the proxy loses at most the line being written. A write that fails (disk full, file
+made unwritable) raises and leaves nothing buffered to resurface later; a line cut short by it is
+ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent inside
+a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON. Writes are synchronous on purpose: a line is a few KB
 going to the page cache (microseconds), cheaper than a hop to a thread, and doing it inline keeps
 lines in request-completion order with no lock (one asyncio process, one thread writing). There is
 no fsync per line (it would put a disk flush on every request): a power loss may lose the last
@@ -38,6 +41,8 @@ class LogFileError(Exception):
 class DecisionLog:
     """Append-only, size-rotated decision log. Not thread-safe: one writer thread per file."""
 
+    sink_name = "decision_log"
+
     def __init__(self, path: str | os.PathLike[str], rotate_mb: float = 100.0, keep: int = 5):
         if rotate_mb <= 0:
             raise LogFileError(f"log.rotate_mb must be > 0, got {rotate_mb}")
@@ -47,8 +52,9 @@ class DecisionLog:
         self.max_bytes = int(rotate_mb * 1024 * 1024)
         self.keep = keep
         self.rotations = 0
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
         self._size = 0
+        self._cut_short = False  # the last write failed midway: end that line first
         self._open()
 
     def write_record(self, record: RouteRecord) -> None:
@@ -58,13 +64,21 @@ class DecisionLog:
         """Append one line (no newline inside it); rotate first if it would overflow the file."""
         if "\n" in line:
             raise ValueError("a decision-log line must not contain a newline")
-        data = line + "\n"
-        size = len(data.encode("utf-8"))
-        if self._size and self._size + size > self.max_bytes:
+        data = (line + "\n").encode("utf-8", "backslashreplace")
+        if self._cut_short:
+            data = b"\n" + data
+        if self._size and self._size + len(data) > self.max_bytes:
             self.rotate()
         file = self._require_open()
-        file.write(data)  # one call, line-buffered: the whole line reaches the OS here
-        self._size += size
+        try:
+            written = file.write(data)  # one system call: the whole line reaches the OS here
+        except OSError as exc:
+            self._cut_short = True  # some bytes may have gone out before the error
+            raise LogFileError(f"cannot write decision log {self.path}: {exc}") from exc
+        self._cut_short = written != len(data)
+        self._size += written or 0
+        if self._cut_short:
+            raise LogFileError(f"decision log {self.path}: short write ({written} of {len(data)})")
 
     def rotate(self) -> None:
         """Shift `log.i` to `log.i+1` (dropping the oldest), `log` to `log.1`, open a new `log`."""
@@ -102,15 +116,16 @@ class DecisionLog:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             needs_newline = _ends_without_newline(self.path)
-            self._file = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
             if needs_newline:
                 # a crash left a partial line: end it so the next record starts on its own line
-                self._file.write("\n")
+                self._file.write(b"\n")
+            self._cut_short = False
             self._size = self._file.tell()
         except OSError as exc:
             raise LogFileError(f"cannot open decision log {self.path}: {exc}") from exc
 
-    def _require_open(self) -> IO[str]:
+    def _require_open(self) -> IO[bytes]:
         if self._file is None:
             raise LogFileError(f"decision log {self.path} is closed")
         return self._file

@@ -80,6 +80,9 @@ class Metrics:
         self.threshold = Gauge(
             "learned_threshold", "Learned p_spec threshold by class/lang key",
             ["key"], namespace=ns, registry=reg)
+        self.sink_failures = Counter(
+            "record_sink_failures", "Records a sink could not take (decision_log: lines lost)",
+            ["sink"], namespace=ns, registry=reg)
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)  # both series exist from the start
 
@@ -116,6 +119,9 @@ class Metrics:
 
     def inc_failover(self, from_backend: str, to_backend: str) -> None:
         self.failovers.labels(from_backend=from_backend, to_backend=to_backend).inc()
+
+    def inc_sink_failure(self, sink: str) -> None:
+        self.sink_failures.labels(sink=sink).inc()
 
     def policy_reload(self, ok: bool) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()

@@ -15,6 +15,9 @@ from typing import Any, Final
 
 SCHEMA_VERSION: Final = 1
 READABLE_VERSIONS: Final = frozenset({1})
+# Every string in a line is cut to this many characters (content text is cut earlier, to 4,000):
+# a 900 KB `model` must not make a 900 KB line.
+STRING_CAP: Final = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,25 @@ def to_json(record: RouteRecord) -> str:
     if not data["extra"]:
         del data["extra"]
     ordered = {"schema_version": data.pop("schema_version"), **data}
-    return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str)
+    return json.dumps(_capped(ordered), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def cap_string(text: str, cap: int = STRING_CAP) -> str:
+    """`text`, or its first `cap` characters and how many were cut."""
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}...[{len(text) - cap} more characters]"
+
+
+def _capped(value: Any) -> Any:
+    """`value` with every string (keys included) cut to `STRING_CAP` characters."""
+    if isinstance(value, str):
+        return cap_string(value)
+    if isinstance(value, dict):
+        return {cap_string(str(k)): _capped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_capped(v) for v in value]
+    return value
 
 
 @dataclass

@@ -27,6 +27,10 @@ from router.scoring import Scorer, score_safely
 
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
 CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
+# Deepest JSON nesting accepted: tool schemas nest a few dozen levels; deeper is an attack on
+# every recursive walk (the parser's, the encoder's) and gets a 400 before any of them runs.
+MAX_JSON_DEPTH: Final = 256
+ECHO_CAP: Final = 64  # characters of a bad header value quoted back in an error message
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,9 @@ def plan_request(
     route = (header_route or "").strip().lower()
     if route and route not in HEADER_ROUTES:
         raise RequestError(
-            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header_route!r}",
+            400,
+            f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; "
+            f"got {_echo(header_route or '')}",
             param="x-specroute-route", code="invalid_route_header",
         )
     features = extract(view, count_tokens)
@@ -101,7 +107,17 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
     tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
     if not (tweaked.added_usage or tweaked.added_meta_info):
         return raw, tweaked
-    return json.dumps(tweaked.body, ensure_ascii=False).encode(), tweaked
+    return encode_json(tweaked.body), tweaked
+
+
+def encode_json(value: object) -> bytes:
+    """UTF-8 JSON; a lone surrogate (valid JSON as `\\ud800`, not encodable as UTF-8) is kept
+    escaped as the client sent it, so the backend reads the same string."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True).encode()
 
 
 def record_for(
@@ -163,11 +179,49 @@ def _parse_json(raw: bytes) -> dict[str, Any]:
         raise RequestError(400, "The request body is empty; expected a JSON object.", code="empty_body")
     try:
         body = json.loads(raw)
+    except RecursionError as exc:  # deeper than the interpreter's stack: certainly too deep
+        raise _too_deep() from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"The request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if nesting_exceeds(body, raw, MAX_JSON_DEPTH):
+        raise _too_deep()
     if not isinstance(body, dict):
         raise RequestError(
             400, f"The request body must be a JSON object, not {type(body).__name__}.",
             code="invalid_body",
         )
     return body
+
+
+def nesting_exceeds(body: object, raw: bytes, limit: int) -> bool:
+    """True when the parsed JSON `body` nests arrays/objects more than `limit` levels deep.
+
+    Breadth first, no recursion, containers only. Free in the common case: a text (`raw`)
+    with at most `limit` opening brackets in all cannot nest deeper.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    level: list[Any] = [body]
+    for _ in range(limit):
+        deeper: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            deeper += [c for c in children if type(c) is dict or type(c) is list]
+        if not deeper:
+            return False
+        level = deeper
+    return True
+
+
+def _too_deep() -> RequestError:
+    return RequestError(
+        400, f"The request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels.",
+        code="invalid_json",
+    )
+
+
+def _echo(value: str) -> str:
+    """A client-supplied value quoted in an error message, cut to `ECHO_CAP` characters."""
+    if len(value) <= ECHO_CAP:
+        return repr(value)
+    return f"{value[:ECHO_CAP]!r}... ({len(value)} characters)"

@@ -14,6 +14,7 @@ from backends.capability import CapabilityError
 from backends.supervisor import BackendStartError
 from router.app import create_app
 from router.config import Config, ConfigError
+from router.httpserver import make_runner, serve
 from router.logfile import LogFileError
 from router.state import Deps
 
@@ -45,14 +46,10 @@ def run(config: Config, *, log_format: str = "console", deps: Deps | None = None
     except (ConfigError, ValueError, OSError) as exc:  # bad policy file, artifact, log path
         print(f"specroute: cannot start:\n{exc}", file=sys.stderr)
         return 2
-    host, port = config.listen.host, config.listen.port
-    print(f"specroute listening on http://{host}:{port}/v1", file=sys.stderr, flush=True)
-    # handler_cancellation: a client that disconnects cancels its handler, which closes the
-    # upstream request and so cancels the generation on the backend.
     try:
-        web.run_app(
-            app, host=host, port=port, handler_cancellation=True, access_log=None, print=None
-        )
+        asyncio.run(serve(app, config.listen.host, config.listen.port))
+    except KeyboardInterrupt:
+        pass
     except (LogFileError, OSError, BackendStartError, CapabilityError) as exc:
         # the decision log cannot be opened, the port is taken, a backend did not start, or the
         # pair does not match
@@ -65,7 +62,7 @@ async def start_site(
     app: web.Application, host: str = "127.0.0.1", port: int = 0
 ) -> tuple[web.AppRunner, int, Callable[[], Awaitable[None]]]:
     """Start `app` on an event loop that is already running; returns (runner, port, stop)."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = make_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -21,12 +20,8 @@ from router.config import Config
 from router.dashboard import RecentRecords
 from router.metrics import Metrics
 from router.pool import BackendPool
-from router.records import RouteRecord
 from router.scoring import Scorer, ScorerHolder
-
-
-class RecordSink(Protocol):
-    def write_record(self, record: RouteRecord) -> None: ...
+from router.sinks import RecordSink, SinkHealth
 
 
 @dataclass(frozen=True)
@@ -56,4 +51,5 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
+SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled

@@ -17,7 +17,7 @@ from backends.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from router.app import create_app
 from router.state import Deps
-from router.config import Config, Limits, LogConfig, SupervisorConfig
+from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
 from router.records import RouteRecord
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
@@ -75,7 +75,11 @@ async def start_stack(
     health_interval_s: float = 5.0,
     engine: str = "llamacpp",
     log_content: bool = False,
+    shipped_scorer: bool = False,
+    admin_token: str = "",
 ) -> Stack:
+    """`shipped_scorer`: the trained artifact and the DeepSeek tokenizer, as `serve` runs them
+    (default: the rules and no tokenizer, whose verdicts routing tests can predict)."""
     mtp = mtp or SimState(profile="mtp", acceptance={"technical": 0.8})
     plain = plain or SimState(profile="plain")
     mtp_server = await aiohttp_server(create_sim_app(mtp))
@@ -88,8 +92,10 @@ async def start_stack(
     config = Config(
         backends=specs,
         default_backend="plain-0",
-        tokenizer=False,
-        classifier="rules",  # routing mechanics under test, with a scorer whose verdicts are plain
+        tokenizer=shipped_scorer,
+        # routing mechanics under test, with a scorer whose verdicts are plain
+        classifier="default" if shipped_scorer else "rules",
+        admin=AdminConfig(token=admin_token),
         log=LogConfig(path=str(tmp_path / "decisions.jsonl"), content=log_content),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
         # health checks run (real supervisor); the start probe would add requests to count

@@ -139,7 +139,7 @@ async def test_a_cancelled_handler_still_logs_who_served_what(
 
 
 async def test_failover_record_round_trips(stack: Stack) -> None:
-    stack.mtp.faults.append(Fault("status", status=500))
+    stack.mtp.faults.append(Fault("status", status=503))
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as r:
             assert r.status == 200
