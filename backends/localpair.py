@@ -12,17 +12,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from backends.localbuild import cached_server, ensure_llama_server
-from backends.localcache import LocalBackendError, Progress, cache_root, stderr_progress
+from backends.localbuild import cached_server, ensure_llama_server, server_summary
+from backends.localcache import (
+    LocalBackendError,
+    Progress,
+    cache_root,
+    free_loopback_port,
+    stderr_progress,
+)
 from backends.localmodels import MODELS, cached_model, ensure_model
 from backends.spec import BackendSpec, LaunchSpec
+
+SMOKE_MODEL = "smollm2-135m"  # starts in half a second: the build's smoke test runs on it
 
 PAIRS: dict[str, tuple[str, str]] = {  # kind -> (target model, draft model)
     "smollm2": ("smollm2-135m", "smollm2-135m"),
@@ -63,7 +70,10 @@ def ensure_pair(kind: str, root: Path | None = None, progress: Progress = stderr
     # Models first: downloads are quick, the build is the long part and shows its own progress.
     target = ensure_model(root, MODELS[target_key], progress)
     draft = ensure_model(root, MODELS[draft_key], progress)
-    server = ensure_llama_server(root, progress)
+    # every build is smoke-tested on the small model before it is cached
+    smoke_model = ensure_model(root, MODELS[SMOKE_MODEL], progress)
+    server = ensure_llama_server(root, progress, smoke_model)
+    progress(f"using {server_summary(server)}")
     return LocalPair(kind, server, target, draft)
 
 
@@ -106,13 +116,6 @@ def local_pair_specs(
         BackendSpec(name=f"{kind}-plain", engine="llamacpp", profile="plain", launch=plain),
         BackendSpec(name=f"{kind}-mtp", engine="llamacpp", profile="mtp", launch=mtp),
     ]
-
-
-def free_loopback_port() -> int:
-    """A port nothing listens on now (the OS picks it; the instance binds it moments later)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _describe(pair: LocalPair) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import platform
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import pytest
 from backends.engines import adapter_for
 from backends.localbuild import machine_tag, server_dir
 from backends.localcache import LocalBackendError, cache_root, exclusive, sha256_file
+from backends.localflags import flag_sets
 from backends.localmodels import MODELS, ModelAsset, assemble_model, cached_model
 from backends.localpair import find_pair, local_pair_specs
 
@@ -97,7 +99,7 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
 def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
     with pytest.raises(LocalBackendError, match="ensure qwen"):
         local_pair_specs("qwen", plain_port=1, mtp_port=2, root=tmp_path)
-    server = server_dir(tmp_path) / "llama-server"
+    server = server_dir(tmp_path, flag_sets(platform.machine())[0]) / "llama-server"
     server.parent.mkdir(parents=True)
     server.write_text("#!/bin/sh\n")
     server.chmod(0o755)
