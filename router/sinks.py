@@ -11,7 +11,7 @@ from typing import Protocol
 
 import structlog
 
-from router.records import RouteRecord
+from decisionlog.records import RouteRecord
 
 log = structlog.get_logger("specroute")
 ERROR_CAP = 300  # characters of an exception message kept for the report

@@ -16,9 +16,9 @@ from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
+from router.addons.dashboard import RecentRecords
+from router.addons.metrics import Metrics
 from router.config import Config
-from router.dashboard import RecentRecords
-from router.metrics import Metrics
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
 from router.sinks import RecordSink, SinkHealth

@@ -13,12 +13,12 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from router.app import create_app
 from router.state import Deps
 from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
-from router.records import RouteRecord
+from decisionlog.records import RouteRecord
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from backends.simulator import Fault
-from router.records import STRING_CAP, parse_line
+from backends.local.simulator import Fault
+from decisionlog.records import STRING_CAP, parse_line
 from router.routing import MAX_JSON_DEPTH
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
