@@ -77,6 +77,7 @@ async def start_stack(
     log_content: bool = False,
     shipped_scorer: bool = False,
     admin_token: str = "",
+    log_path: str | None = None,
 ) -> Stack:
     """`shipped_scorer`: the trained artifact and the DeepSeek tokenizer, as `serve` runs them
     (default: the rules and no tokenizer, whose verdicts routing tests can predict)."""
@@ -96,7 +97,7 @@ async def start_stack(
         # routing mechanics under test, with a scorer whose verdicts are plain
         classifier="default" if shipped_scorer else "rules",
         admin=AdminConfig(token=admin_token),
-        log=LogConfig(path=str(tmp_path / "decisions.jsonl"), content=log_content),
+        log=LogConfig(path=log_path or str(tmp_path / "decisions.jsonl"), content=log_content),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
         # health checks run (real supervisor); the start probe would add requests to count
         supervisor=SupervisorConfig(
