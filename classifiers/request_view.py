@@ -80,7 +80,9 @@ def _view_completions(body: dict[str, Any]) -> RequestView:
         text = "\n".join(prompt)
     elif isinstance(prompt, str):
         text = prompt
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+    elif isinstance(prompt, list) and prompt and all(
+        isinstance(p, int) and not isinstance(p, bool) for p in prompt
+    ):
         text = ""  # token ids: no text to read, still a valid request
     else:
         raise InvalidRequest("'prompt' must be a string or an array of strings.", "prompt")

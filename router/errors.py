@@ -51,6 +51,11 @@ def error_response(
     return web.json_response(body, status=status)
 
 
+def _echo_path(path: str, cap: int = 200) -> str:
+    """A client's path quoted in a message or the log: at most `cap` characters."""
+    return path if len(path) <= cap else f"{path[:cap]}... ({len(path)} characters)"
+
+
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -62,10 +67,13 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.reason if exc.status != 404 else f"Unknown path {request.path}"
-        return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+        message = exc.reason if exc.status != 404 else f"Unknown path {_echo_path(request.path)}"
+        response = error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+        if "Allow" in exc.headers:  # a 405 says what is allowed (RFC 9110 15.5.6)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except (ConnectionResetError, web.HTTPClientError):
         raise
     except Exception:  # noqa: BLE001  # a clean 500 for the client; the trace goes to our log
-        structlog.get_logger("specroute").exception("unhandled_error", path=request.path)
+        structlog.get_logger("specroute").exception("unhandled_error", path=_echo_path(request.path))
         return error_response(500, "Internal error in specroute; see its log.", code="internal")

@@ -23,6 +23,7 @@ from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.admin import guard_admin
 from router.errors import RequestError, error_response
+from router.openapi import openapi_document
 from router.paths import forwardable_path
 from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
 from router.sinks import write_all
@@ -50,6 +51,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/openapi.json", openapi)
 
 
 def _method_not_allowed(allow: str) -> Any:
@@ -254,6 +256,10 @@ async def metrics(request: web.Request) -> web.Response:
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
     return response
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
 
 
 async def healthz(request: web.Request) -> web.Response:
