@@ -55,6 +55,7 @@ class DecisionLog:
         self._file: IO[bytes] | None = None
         self._size = 0
         self._cut_short = False  # the last write failed midway: end that line first
+        self._closed = False  # by its owner (close()), for good
         self._open()
 
     def write_record(self, record: RouteRecord) -> None:
@@ -67,6 +68,10 @@ class DecisionLog:
         data = (line + "\n").encode("utf-8", "backslashreplace")
         if self._cut_short:
             data = b"\n" + data
+        if self._closed:
+            raise LogFileError(f"decision log {self.path} is closed")
+        if self._file is None:  # a failed rotation or open left none: try again, line by line
+            self._open()
         if self._size and self._size + len(data) > self.max_bytes:
             self.rotate()
         file = self._require_open()
@@ -82,7 +87,7 @@ class DecisionLog:
 
     def rotate(self) -> None:
         """Shift `log.i` to `log.i+1` (dropping the oldest), `log` to `log.1`, open a new `log`."""
-        self.close()
+        self._close_file()
         try:
             if self.keep == 0:
                 self.path.unlink(missing_ok=True)
@@ -99,6 +104,10 @@ class DecisionLog:
         self._open()
 
     def close(self) -> None:
+        self._closed = True
+        self._close_file()
+
+    def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -78,6 +78,7 @@ async def start_stack(
     shipped_scorer: bool = False,
     admin_token: str = "",
     log_path: str | None = None,
+    log_rotate_mb: float = 100.0,
 ) -> Stack:
     """`shipped_scorer`: the trained artifact and the DeepSeek tokenizer, as `serve` runs them
     (default: the rules and no tokenizer, whose verdicts routing tests can predict)."""
@@ -97,7 +98,8 @@ async def start_stack(
         # routing mechanics under test, with a scorer whose verdicts are plain
         classifier="default" if shipped_scorer else "rules",
         admin=AdminConfig(token=admin_token),
-        log=LogConfig(path=log_path or str(tmp_path / "decisions.jsonl"), content=log_content),
+        log=LogConfig(path=log_path or str(tmp_path / "decisions.jsonl"), content=log_content,
+                      rotate_mb=log_rotate_mb),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
         # health checks run (real supervisor); the start probe would add requests to count
         supervisor=SupervisorConfig(
