@@ -209,7 +209,13 @@ async def _relay(
         result.meter.observe(payload, clock())
         if options.strip_meta_info and _has_meta_info(payload):
             first = _without_meta_info(first, payload)
-        return web.Response(body=first, status=upstream.status, headers=headers)
+        whole = web.Response(body=first, status=upstream.status, headers=headers)
+        try:  # sent here, so that the caller's bookkeeping runs after the client has it
+            await whole.prepare(request)
+            await whole.write_eof()
+        except _CLIENT_GONE:
+            result.client_disconnected = True
+        return whole
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
         await response.prepare(request)

@@ -81,7 +81,7 @@ def make_body(kind: str, *, stream: bool) -> bytes:
     else:
         history: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a coding agent working in a repository. " * 20}]
-        turns = 3 if kind == "42k" else 60
+        turns = 8 if kind == "42k" else 132
         for i in range(turns):
             history += [
                 {"role": "user", "content": f"Step {i}: fix the failing test.\n" + CODE * 6},

@@ -208,17 +208,22 @@ def _rough_size(node: object, budget: int = 20_000) -> int:
     """Characters a JSON value would take, bounded, without serialising it."""
     if isinstance(node, str):
         return len(node) + 2
+    # String members are counted inline (the same sum as the call): most of a schema's nodes
+    # are strings, and this runs on every request with tools.
     if isinstance(node, dict):
         total = 2
         for key, value in node.items():
-            total += len(str(key)) + 4 + _rough_size(value, budget - total)
+            if type(value) is str:
+                total += len(str(key)) + 6 + len(value)
+            else:
+                total += len(str(key)) + 4 + _rough_size(value, budget - total)
             if total >= budget:
                 return budget
         return total
     if isinstance(node, list):
         total = 2
         for value in node:
-            total += 1 + _rough_size(value, budget - total)
+            total += 3 + len(value) if type(value) is str else 1 + _rough_size(value, budget - total)
             if total >= budget:
                 return budget
         return total

@@ -69,14 +69,22 @@ class RouteRecord:
 
 def to_json(record: RouteRecord) -> str:
     """One line of JSON, keys in a fixed order, no text unless the record carries content."""
-    data = asdict(record)
-    data["outcome"]["failover_from"] = list(record.outcome.failover_from)
-    if data["content"] is None:
+    # Built by hand, not with dataclasses.asdict (which deep-copies every nested value): this
+    # runs once per request on the proxy's event loop.
+    outcome = record.outcome
+    data: dict[str, Any] = {"schema_version": record.schema_version}
+    for name in _RECORD_FIELDS:
+        data[name] = getattr(record, name)
+    data["outcome"] = {name: getattr(outcome, name) for name in _OUTCOME_ORDER}
+    data["outcome"]["failover_from"] = list(outcome.failover_from)
+    if record.content is None:
         del data["content"]
-    if not data["extra"]:
+    if not record.extra:
         del data["extra"]
-    ordered = {"schema_version": data.pop("schema_version"), **data}
-    return json.dumps(_capped(ordered), ensure_ascii=False, separators=(",", ":"), default=str)
+    line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    if len(line) <= STRING_CAP:  # no string inside can be longer than the whole line
+        return line
+    return json.dumps(_capped(data), ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def cap_string(text: str, cap: int = STRING_CAP) -> str:
@@ -145,6 +153,8 @@ def parse_lines(lines: Iterable[str], stats: ReadStats | None = None) -> Iterato
 
 
 _OUTCOME_FIELDS: Final = frozenset(Outcome.__dataclass_fields__)
+_OUTCOME_ORDER: Final = tuple(Outcome.__dataclass_fields__)
+_RECORD_FIELDS: Final = tuple(n for n in RouteRecord.__dataclass_fields__ if n != "schema_version")
 
 
 def _from_v1(data: dict[str, Any]) -> RouteRecord:

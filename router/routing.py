@@ -28,8 +28,10 @@ from router.scoring import Scorer, score_safely
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
 CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
 # Deepest JSON nesting accepted: tool schemas nest a few dozen levels; deeper is an attack on
-# every recursive walk (the parser's, the encoder's) and gets a 400 before any of them runs.
-MAX_JSON_DEPTH: Final = 256
+# every recursive walk (the encoder's, the features') and gets a 400 before any of them runs.
+# Well under the interpreter's stack (~1,000 frames), and above the bracket count of most
+# agent bodies, which then skip the depth walk entirely.
+MAX_JSON_DEPTH: Final = 512
 ECHO_CAP: Final = 64  # characters of a bad header value quoted back in an error message
 
 
@@ -107,7 +109,26 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
     tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
     if not (tweaked.added_usage or tweaked.added_meta_info):
         return raw, tweaked
-    return encode_json(tweaked.body), tweaked
+    spliced = _with_members_added(raw, plan.body, tweaked.body)
+    return (spliced if spliced is not None else encode_json(tweaked.body)), tweaked
+
+
+def _with_members_added(raw: bytes, before: dict[str, Any], after: dict[str, Any]) -> bytes | None:
+    """`raw` with the members `after` adds to `before` written after its opening brace, every
+    other byte as the client sent it; None when `after` also changes a member (re-encode then).
+
+    Cheaper than re-encoding a 300 KB body for one `stream_options`, and the client's bytes
+    (key order, escapes, numbers) reach the backend unchanged.
+    """
+    added = {k: v for k, v in after.items() if k not in before}
+    changed = any(k not in after or after[k] is not v for k, v in before.items())
+    if not before or changed or len(added) + len(before) != len(after):
+        return None
+    start = raw.find(b"{")
+    if start < 0 or raw[:start].strip():
+        return None
+    members = b"".join(encode_json({k: v})[1:-1] + b"," for k, v in added.items())
+    return raw[: start + 1] + members + raw[start + 1:]
 
 
 def encode_json(value: object) -> bytes:
