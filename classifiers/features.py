@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Final
@@ -33,6 +34,8 @@ CODE_LINE_CAP: Final = 160
 OVERLAP_TEXT_CAP: Final = 500
 OVERLAP_TOOLS: Final = 16
 OVERLAP_TOOL_CAP: Final = 300
+# Tools whose schema size is counted.
+TOOLS_READ: Final = 64
 # Without a tokenizer: a rough ratio for English/code (CJK is counted per character).
 FALLBACK_CHARS_PER_TOKEN: Final = 3.6
 
@@ -104,14 +107,54 @@ _NON_THINKING_MODELS: Final = frozenset({"deepseek-chat"})
 _THINKING_MODELS: Final = frozenset({"deepseek-reasoner"})
 
 
-def extract(view: RequestView, count_tokens: TokenCounter | None = None) -> Features:
-    """The features of one request. `count_tokens` is the tokenizer's counter, if loaded."""
+@dataclass(frozen=True, slots=True)
+class ToolFacts:
+    """What the features read from a request's tools alone."""
+
+    schema_chars: int
+    described: frozenset[str]  # the words of the tools' names and descriptions
+
+
+class ToolsMemo:
+    """`ToolFacts` of the last few tool lists seen, owned by the caller (the proxy keeps one
+    per app; no global). Agent loops send the same tools with every turn: comparing a list with
+    one seen before (dict equality, at C speed) costs a fraction of reading it again. Lists too
+    big to keep cheaply are read every time."""
+
+    def __init__(self, size: int = 8, max_chars: int = 200_000) -> None:
+        self._entries: deque[tuple[tuple[Mapping[str, Any], ...], ToolFacts]] = deque(maxlen=size)
+        self._max_chars = max_chars
+
+    def facts(self, tools: tuple[Mapping[str, Any], ...]) -> ToolFacts:
+        for seen, facts in self._entries:
+            if seen == tools:
+                return facts
+        facts = tool_facts(tools)
+        if facts.schema_chars <= self._max_chars and len(tools) <= TOOLS_READ:
+            self._entries.append((tools, facts))
+        return facts
+
+
+def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:
+    described = " ".join(_tool_text(t)[:OVERLAP_TOOL_CAP] for t in tools[:OVERLAP_TOOLS])
+    return ToolFacts(
+        schema_chars=sum(_rough_size(t) for t in tools[:TOOLS_READ]),
+        described=frozenset(_words(_split_identifiers(described))) if tools else frozenset(),
+    )
+
+
+def extract(
+    view: RequestView, count_tokens: TokenCounter | None = None, memo: ToolsMemo | None = None
+) -> Features:
+    """The features of one request. `count_tokens` is the tokenizer's counter, if loaded;
+    `memo` remembers what recent tool lists gave (same numbers, less work)."""
+    tools = memo.facts(view.tools) if memo is not None else tool_facts(view.tools)
     text = view.last_user_text
     per_char = _tokens_per_char(text or view.system_text + view.context_tail, count_tokens)
     thinking = _thinking(view)
     return Features(
         n_tools=len(view.tools),
-        tool_schema_chars=sum(_rough_size(t) for t in view.tools[:64]),
+        tool_schema_chars=tools.schema_chars,
         tool_choice_required=view.tool_choice in ("required", "function", "any", "tool"),
         tool_choice_none=view.tool_choice == "none",
         last_role_tool=view.last_role in ("tool", "function"),
@@ -130,7 +173,7 @@ def extract(view: RequestView, count_tokens: TokenCounter | None = None) -> Feat
         prompt_tokens=max(1, round(view.total_chars * per_char)) if view.total_chars else 0,
         last_user_tokens=round(len(text) * per_char),
         system_chars=len(view.system_text),
-        tool_text_overlap=tool_text_overlap(text, view.tools),
+        tool_text_overlap=_overlap(text, tools.described) if view.tools else 0.0,
     )
 
 
@@ -138,11 +181,14 @@ def tool_text_overlap(text: str, tools: Sequence[Mapping[str, Any]]) -> float:
     """Share of the ask's words that the tools' names or descriptions also contain (bounded)."""
     if not tools:
         return 0.0
+    return _overlap(text, tool_facts(tools).described)
+
+
+def _overlap(text: str, described: frozenset[str]) -> float:
     asked = _words(text[:OVERLAP_TEXT_CAP]) - _STOP_WORDS
     if not asked:
         return 0.0
-    described = " ".join(_tool_text(t)[:OVERLAP_TOOL_CAP] for t in tools[:OVERLAP_TOOLS])
-    return round(len(asked & _words(_split_identifiers(described))) / len(asked), 4)
+    return round(len(asked & described) / len(asked), 4)
 
 
 def _words(text: str) -> set[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -16,7 +17,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from classifiers.features import TokenCounter
+from classifiers.features import TokenCounter, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
@@ -43,6 +44,7 @@ from router.state import (
     SINKS,
     TASKS,
     TOKENS,
+    TOOLS_MEMO,
     Deps,
 )
 from router.supervision import record_restarts, supervise
@@ -50,6 +52,7 @@ from router.supervision import record_restarts, supervise
 log = structlog.get_logger("specroute")
 # Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).
 UPSTREAM_KEEPALIVE_S: Final = 4.0
+TOKEN_CACHE: Final = 4096
 
 
 def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
@@ -71,6 +74,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
                   *deps.sinks]
     app[SINK_HEALTH] = SinkHealth(on_failure=app[METRICS].inc_sink_failure)
     app[TASKS] = set()
+    app[TOOLS_MEMO] = ToolsMemo()
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)
@@ -99,10 +103,13 @@ def _load_tokens(config: Config) -> TokenCounter | None:
     from classifiers.tokenizer import TokenizerUnavailable, load_counter
 
     try:
-        return load_counter()
+        counter = load_counter()
     except TokenizerUnavailable as exc:
         log.warning("tokenizer_unavailable", error=str(exc), fallback="character estimate")
         return None
+    # Features tokenize a short sample of the last user turn; an agent loop sends the same turn
+    # with every tool result, so most samples repeat. Bounded: TOKEN_CACHE samples.
+    return functools.lru_cache(maxsize=TOKEN_CACHE)(counter)
 
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:

@@ -106,6 +106,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
+        tools_memo=app[state.TOOLS_MEMO],
     )
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)

@@ -13,7 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from backends.supervisor import Supervisor
-from classifiers.features import TokenCounter
+from classifiers.features import TokenCounter, ToolsMemo
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router.addons.dashboard import RecentRecords
@@ -51,5 +51,6 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
+TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled
