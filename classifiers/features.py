@@ -34,8 +34,9 @@ CODE_LINE_CAP: Final = 160
 OVERLAP_TEXT_CAP: Final = 500
 OVERLAP_TOOLS: Final = 16
 OVERLAP_TOOL_CAP: Final = 300
-# Tools whose schema size is counted.
+# Tools whose schema size is counted, and how deep into each.
 TOOLS_READ: Final = 64
+ROUGH_SIZE_DEPTH: Final = 200
 # Without a tokenizer: a rough ratio for English/code (CJK is counted per character).
 FALLBACK_CHARS_PER_TOKEN: Final = 3.6
 
@@ -250,8 +251,12 @@ def _tokens_per_char(text: str, count_tokens: TokenCounter | None) -> float:
     return (cjk + (len(sample) - cjk) / FALLBACK_CHARS_PER_TOKEN) / len(sample)
 
 
-def _rough_size(node: object, budget: int = 20_000) -> int:
-    """Characters a JSON value would take, bounded, without serialising it."""
+def _rough_size(node: object, budget: int = 20_000, depth: int = 0) -> int:
+    """Characters a JSON value would take, bounded, without serialising it. Nesting past
+    `ROUGH_SIZE_DEPTH` counts as the whole budget (no schema nests that deep; the stack could
+    not follow)."""
+    if depth > ROUGH_SIZE_DEPTH:
+        return budget
     if isinstance(node, str):
         return len(node) + 2
     # String members are counted inline (the same sum as the call): most of a schema's nodes
@@ -262,14 +267,15 @@ def _rough_size(node: object, budget: int = 20_000) -> int:
             if type(value) is str:
                 total += len(str(key)) + 6 + len(value)
             else:
-                total += len(str(key)) + 4 + _rough_size(value, budget - total)
+                total += len(str(key)) + 4 + _rough_size(value, budget - total, depth + 1)
             if total >= budget:
                 return budget
         return total
     if isinstance(node, list):
         total = 2
         for value in node:
-            total += 3 + len(value) if type(value) is str else 1 + _rough_size(value, budget - total)
+            total += (3 + len(value) if type(value) is str
+                      else 1 + _rough_size(value, budget - total, depth + 1))
             if total >= budget:
                 return budget
         return total

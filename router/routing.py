@@ -30,10 +30,10 @@ from router.scoring import Scorer, score_safely
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
 CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
 # Deepest JSON nesting accepted: tool schemas nest a few dozen levels; deeper is an attack on
-# every recursive walk (the encoder's, the features') and gets a 400 before any of them runs.
-# Well under the interpreter's stack (~1,000 frames), and above the bracket count of most
-# agent bodies, which then skip the depth walk entirely.
-MAX_JSON_DEPTH: Final = 512
+# every recursive walk and gets a 400 before any of them runs. Just under orjson's own limit
+# (1,024), which then enforces ours at C speed; the features' walks are bounded in depth, and
+# the rare re-encoding of a body refuses what the interpreter's stack cannot take.
+MAX_JSON_DEPTH: Final = 1000
 ECHO_CAP: Final = 64  # characters of a bad header value quoted back in an error message
 
 
@@ -115,8 +115,11 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
     spliced = _with_members_added(raw, plan.body, tweaked.body)
     if spliced is not None:
         return spliced, tweaked
-    exact = json.loads(raw)  # every number as the client wrote it, for re-encoding
-    return encode_json(adapter.request_tweaks(exact, stream=plan.view.stream, path=path).body), tweaked
+    try:
+        exact = json.loads(raw)  # every number as the client wrote it, for re-encoding
+        return encode_json(adapter.request_tweaks(exact, stream=plan.view.stream, path=path).body), tweaked
+    except RecursionError as exc:
+        raise _too_deep() from exc
 
 
 def _with_members_added(raw: bytes, before: dict[str, Any], after: dict[str, Any]) -> bytes | None:

@@ -220,3 +220,21 @@ async def test_wrong_methods_get_a_json_405(stack: Stack, method: str, path: str
             assert "x-specroute-backend" not in response.headers
     assert error["code"] == "method_not_allowed"
     assert stack.mtp.received == [] and stack.plain.received == []
+
+
+@pytest.mark.parametrize("field", ["metadata", "tools", "stream_options", "response_format"])
+async def test_nesting_at_the_bound_is_never_a_500(stack: Stack, field: str) -> None:
+    nested = "leaf"
+    for _ in range(MAX_JSON_DEPTH - 1):  # the body's object is the first level
+        nested = '{"k":%s}' % nested
+    raw = ('{"model":"sim-model","stream":true,"temperature":0,"max_tokens":4,'
+           '"messages":[{"role":"user","content":"hi"}],"%s":%s}' % (field, nested)).encode()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(stack.base_url + "/chat/completions", data=raw.replace(
+                b"leaf", b'"x"'), headers={"Content-Type": "application/json"}) as response:
+            status, backend = response.status, response.headers.get("x-specroute-backend")
+            text = await response.text()
+    # a 5xx may only be the backend's own answer (the simulator's parser gives up at ~1,000)
+    assert status < 500 or backend not in (None, "none"), text
+    if status == 400:
+        assert json.loads(text)["error"]["code"] == "invalid_json"
