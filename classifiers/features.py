@@ -15,7 +15,7 @@ import contextlib
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from classifiers.request_view import RequestView
@@ -94,7 +94,8 @@ class Features:
     tool_text_overlap: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
-        return asdict(self)
+        # not dataclasses.asdict: it deep-copies each number, on every request
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def vector(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, name)) for name in FEATURE_NAMES)
