@@ -13,6 +13,8 @@ ratios and differences measured here, in one run, mean anything.
     .venv/bin/python bench/proxy_overhead.py                 # the full table (a few minutes)
     .venv/bin/python bench/proxy_overhead.py --quick         # fewer rounds, a smoke run
     .venv/bin/python bench/proxy_overhead.py --memory-requests 100000
+    .venv/bin/python bench/proxy_overhead.py --baseline /tmp/base   # + specroute from another
+                                                                    # checkout (git worktree add)
 
 Measured: added p50 latency per body size (1 KB, 42 KB with 20 tool schemas and code fences,
 285 KB), non-stream, concurrency 1; for SSE the added time to first byte and the added delay per
@@ -193,10 +195,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], log: Path, tree: Path = ROOT) -> subprocess.Popen[bytes]:
     handle = open(log, "wb")  # noqa: SIM115  # the child holds it
-    return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree != ROOT else None
+    return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=tree,
+                            start_new_session=True, env=env)
 
 
 def stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -492,6 +495,16 @@ async def main(args: argparse.Namespace) -> None:
         processes.append(specroute)
         targets.append(Target("specroute", f"http://127.0.0.1:{sr_port}", specroute,
                               lambda: [specroute.pid]))
+        if args.baseline:  # the same bench against another checkout, e.g. before a change
+            base_port = free_port()
+            base_work = work / "base"
+            base_work.mkdir()
+            base = spawn([sys.executable, "-m", "router", "serve", "--config",
+                          str(specroute_config(base_work, base_port, up_port))],
+                         work / "base.log", tree=Path(args.baseline).resolve())
+            processes.append(base)
+            targets.append(Target("specroute (baseline)", f"http://127.0.0.1:{base_port}", base,
+                                  lambda: [base.pid]))
         for t in targets[1:]:
             await wait_ready(t.url)
 
@@ -506,7 +519,8 @@ async def main(args: argparse.Namespace) -> None:
                 best = tput.get(t.name)
                 if best is None or rps > best[0]:
                     tput[t.name] = (rps, cpu)
-        memory = (await memory_run(targets[-1], specroute.pid, args.memory_requests, deadline)
+        ours = next(t for t in targets if t.name == "specroute")
+        memory = (await memory_run(ours, specroute.pid, args.memory_requests, deadline)
                   if args.memory_requests else [])
         print(f"proxy overhead, one run, {args.rounds} rounds x {args.per_round} requests per "
               f"target and case, order shuffled per round; upstream answers at once; SSE: "
@@ -532,6 +546,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-seconds", type=float, default=900.0, help="wall-time bound")
     parser.add_argument("--skip-nginx", action="store_true")
     parser.add_argument("--profile", default="", help="run specroute under cProfile, stats here")
+    parser.add_argument("--baseline", default="", help="also run specroute from this checkout")
     parser.add_argument("--quick", action="store_true", help="3 rounds, small counts")
     args = parser.parse_args()
     if args.role == "upstream":
