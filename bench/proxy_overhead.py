@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,8 +117,8 @@ def run_upstream(port: int) -> None:
         for i in range(SSE_CHUNKS):
             await asyncio.sleep(SSE_INTERVAL_S)
             chunk = ('{"id":"cmpl-bench","object":"chat.completion.chunk","created":0,'
-                     '"model":"bench-model","t":%d,"choices":[{"index":0,"delta":{"content":"w%d "},'
-                     '"finish_reason":null}]}' % (time.monotonic_ns(), i))
+                     f'"model":"bench-model","t":{time.monotonic_ns()},"choices":[{{"index":0,'
+                     f'"delta":{{"content":"w{i} "}},"finish_reason":null}}]}}')
             await response.write(b"data: " + chunk.encode() + b"\n\n")
         options = body.get("stream_options") or {}
         if options.get("include_usage"):
@@ -186,7 +186,7 @@ class Target:
     name: str
     url: str
     process: subprocess.Popen[bytes] | None = None
-    cpu_pids: Callable[[], list[int]] = field(default=lambda: [])
+    cpu_pids: Callable[[], list[int]] = field(default=list)
 
 
 def free_port() -> int:
@@ -391,15 +391,17 @@ async def memory_run(target: Target, pid: int, requests: int, deadline: float) -
         while done < requests and time.monotonic() < deadline:
             batch = min(step, requests - done)
             sem = asyncio.Semaphore(32)
-
-            async def one(i: int) -> None:
-                async with sem:
-                    await one_request(session, target.url, bodies[i % len(bodies)])
-
-            await asyncio.gather(*(one(i) for i in range(batch)))
+            await asyncio.gather(*(_bounded(sem, session, target.url, bodies[i % len(bodies)])
+                                   for i in range(batch)))
             done += batch
             points.append((done, rss_mb(pid)))
     return points
+
+
+async def _bounded(sem: asyncio.Semaphore, session: aiohttp.ClientSession, url: str,
+                   body: bytes) -> None:
+    async with sem:
+        await one_request(session, url, body)
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -411,9 +413,9 @@ def p50(values: list[float]) -> float:
 def report(targets: list[Target], lat: dict[tuple[str, bool], dict[str, list[Sample]]],
            tput: dict[str, tuple[float, float]], memory: list[tuple[int, float]]) -> str:
     proxies = [t.name for t in targets if t.name != "direct"]
-    lines = ["| | added p50, 1 KB | added p50, 42 KB | added p50, 285 KB | SSE added lag per "
-             "chunk (42 KB) | SSE added TTFB (42 KB) | req/s, c=32 | CPU per request |",
-             "|---|---|---|---|---|---|---|---|"]
+    head = ("| | added p50, 1 KB | added p50, 42 KB | added p50, 285 KB | SSE added lag per "
+            "chunk (42 KB) | SSE added TTFB (42 KB) | req/s, c=32 | CPU per request |")
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
 
     def added(kind: str, stream: bool, name: str, metric: Callable[[Sample], float | None]) -> float:
         base = [v for s in lat[(kind, stream)]["direct"] if (v := metric(s)) is not None]
