@@ -238,3 +238,13 @@ async def test_nesting_at_the_bound_is_never_a_500(stack: Stack, field: str) -> 
     assert status < 500 or backend not in (None, "none"), text
     if status == 400:
         assert json.loads(text)["error"]["code"] == "invalid_json"
+
+
+async def test_a_gzip_bomb_stops_at_the_body_limit(aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    stack = await start_stack(aiohttp_server, tmp_path, max_body_mb=1)
+    body = b'{"messages":[{"role":"user","content":"' + b"a" * (8 * 2**20) + b'"}]}'
+    status, error, _ = await _post_raw(stack, "/chat/completions", gzip.compress(body, 9),
+                                       {"Content-Encoding": "gzip"})  # ~8 KB on the wire
+    assert status == 413
+    assert error["error"]["code"] == "body_too_large"  # type: ignore[index]
+    assert stack.mtp.received == [] and stack.plain.received == []
