@@ -172,3 +172,42 @@ def test_follow_yields_batches_until_stopped(tmp_path: Path) -> None:
             polls += 1
             log.write(f"line-{polls}")
     assert batches == [[], ["line-1"], ["line-2"]]
+
+
+def test_a_lone_surrogate_is_written_escaped_and_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    with DecisionLog(path) as log:
+        log.write_record(make_record(request_id="r\ud800"))
+    raw = path.read_bytes()
+    assert b"\\ud800" in raw  # valid UTF-8 on disk, the JSON escape in the line
+    assert _ids(path) == ["r\ud800"]
+
+
+def test_a_full_disk_raises_and_leaves_nothing_buffered(tmp_path: Path) -> None:
+    with DecisionLog("/dev/full") as log, pytest.raises(LogFileError, match="No space"):
+        log.write_record(make_record(request_id="r000"))
+
+
+def test_writes_resume_after_the_directory_comes_back(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "d.jsonl"
+    log = DecisionLog(path, rotate_mb=LINE_BYTES / (1024 * 1024))  # every line rotates
+    log.write_record(make_record(request_id="r000"))
+    (tmp_path / "logs" / "d.jsonl").unlink()
+    (tmp_path / "logs").rmdir()
+    (tmp_path / "logs").write_text("not a directory")
+    with pytest.raises(LogFileError):
+        log.write_record(make_record(request_id="r001"))
+    (tmp_path / "logs").unlink()
+    log.write_record(make_record(request_id="r002"))
+    log.close()
+    assert _ids(path) == ["r002"]
+    with pytest.raises(LogFileError, match="closed"):
+        log.write_record(make_record(request_id="r003"))
+
+
+def test_every_string_in_a_line_is_capped() -> None:
+    from decisionlog.records import STRING_CAP
+
+    line = to_json(make_record(request_id="r" * 100_000))
+    assert len(line) < 2 * STRING_CAP
+    assert json.loads(line)["request_id"].startswith("r" * STRING_CAP)
