@@ -40,6 +40,13 @@ def describe_parse_error(exc: BaseException | None) -> str:
     return "The HTTP request could not be parsed."
 
 
+def _phrase_code(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_")
+    except ValueError:  # a status without a standard phrase
+        return "bad_request" if status < 500 else "internal"
+
+
 class _ProxyRequestHandler(RequestHandler):
     __slots__ = ()
 
@@ -59,7 +66,7 @@ class _ProxyRequestHandler(RequestHandler):
             text = describe_parse_error(exc)
         if request.writer.output_size > 0:  # bytes went out already: nothing else can be sent
             raise ConnectionError("response already started; cannot send the error")
-        code = _CODES.get(status) or HTTPStatus(status).phrase.lower().replace(" ", "_")
+        code = _CODES.get(status) or _phrase_code(status)
         response = error_response(status, text, code=code)
         response.force_close()
         return response
