@@ -121,7 +121,8 @@ class ToolsMemo:
     """`ToolFacts` of the last few tool lists seen, owned by the caller (the proxy keeps one
     per app; no global). Agent loops send the same tools with every turn: comparing a list with
     one seen before (dict equality, at C speed) costs a fraction of reading it again. Lists too
-    big to keep cheaply are read every time."""
+    big to keep cheaply are read every time. Equality is Python's: a schema that differs only by
+    `1` against `1.0` or `true` reuses the other's size, a few characters off a rough size."""
 
     def __init__(self, size: int = 8, max_chars: int = 200_000) -> None:
         self._entries: deque[tuple[tuple[Mapping[str, Any], ...], ToolFacts]] = deque(maxlen=size)
