@@ -33,6 +33,7 @@ class UpstreamReport:
 
 
 EMPTY = UpstreamReport()
+_REPORT_FIELDS = tuple(f.name for f in fields(UpstreamReport))
 
 
 def read_report(payload: object) -> UpstreamReport:
@@ -46,10 +47,10 @@ def read_report(payload: object) -> UpstreamReport:
 
 def merge(old: UpstreamReport, new: UpstreamReport) -> UpstreamReport:
     """`new`'s values where it has them, `old`'s elsewhere."""
+    if new is EMPTY:  # most SSE chunks say nothing about the request: once per chunk, cheap
+        return old
     changes = {
-        f.name: getattr(new, f.name)
-        for f in fields(UpstreamReport)
-        if getattr(new, f.name) not in (None, "")
+        name: getattr(new, name) for name in _REPORT_FIELDS if getattr(new, name) not in (None, "")
     }
     return replace(old, **changes) if changes else old
 

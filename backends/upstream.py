@@ -34,7 +34,7 @@ from multidict import CIMultiDict
 
 from backends.jsonedit import drop_member
 from backends.measure import StreamMeter, is_usage_only
-from backends.sse import SSESplitter, event_json
+from backends.sse import SSESplitter, event_json, loads_or_none
 
 Clock = Callable[[], float]
 
@@ -289,10 +289,7 @@ def _is_sse(upstream: aiohttp.ClientResponse) -> bool:
 def _json_or_none(body: bytes, upstream: aiohttp.ClientResponse) -> object:
     if "json" not in upstream.content_type:
         return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
+    return loads_or_none(body)
 
 
 def _has_meta_info(payload: object) -> bool:
