@@ -21,9 +21,10 @@ from classifiers.features import Features, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from policies.decide import BackendState, RequestContext, decide
-from policies.explain import describe_policy, describe_request, describe_state
+from policies.explain import describe_model, describe_policy, describe_request, describe_state
 from policies.learn import Observation, learn, observation_from_log
 from policies.learned import LearnedState
+from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.store import PolicyStore, learned_path_for, write_learned
 from policies.yamlfile import ConfigError, load_model
@@ -55,7 +56,7 @@ def register(
     check.add_argument("file", metavar="FILE", help="the policy YAML to validate")
     check.set_defaults(func=check_command)
     explain = verbs.add_parser(
-        "explain", help="show the rules, learned thresholds and their evidence",
+        "explain", help="show the rules, the route model and the evidence behind it",
         formatter_class=Formatter,
     )
     explain.add_argument("--policy", default=DEFAULT_POLICY, help="policy file")
@@ -71,7 +72,7 @@ def register(
     )
     explain.set_defaults(func=lambda args: explain_command(args, scorer))
     learn_parser = subparsers.add_parser(
-        "learn", help="learn the thresholds from decision logs", formatter_class=Formatter
+        "learn", help="learn the route model from decision logs", formatter_class=Formatter
     )
     learn_parser.add_argument("logs", nargs="+", metavar="LOG", help="decision log file(s)")
     learn_parser.add_argument(
@@ -93,8 +94,8 @@ def check_command(args: argparse.Namespace) -> int:
         return 1
     auto = sorted(c for c, r in policy.routes.items() if r == "auto")
     print(f"{args.file}: valid ({len(policy.routes)} class routes, auto: {', '.join(auto) or '-'};"
-          f" exploration {policy.exploration.rate:.0%};"
-          f" stickiness {'on' if policy.stickiness.enabled else 'off'})")
+          f" prior {policy.prior}; exploration regret <= {policy.exploration.max_regret:.1%};"
+          f" prefix cache {'counted' if policy.stickiness.enabled else 'ignored'})")
     return 0
 
 
@@ -105,6 +106,7 @@ def explain_command(args: argparse.Namespace, scorer: Scorer) -> int:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     lines = describe_policy(store.policy)
+    lines += [""] + describe_model(store.snapshot.model)
     lines += [""] + describe_state(store.learned, store.policy, str(store.learned_path))
     if args.request:
         try:
@@ -113,20 +115,21 @@ def explain_command(args: argparse.Namespace, scorer: Scorer) -> int:
         except (OSError, ValueError, InvalidRequest) as exc:
             print(f"{args.request}: cannot read the request: {exc}", file=sys.stderr)
             return 1
-        lines += [""] + _explain_request(store.policy, store.learned, view, scorer)
+        lines += [""] + _explain_request(store.policy, store.snapshot.model, view, scorer)
     print("\n".join(lines))
     return 0
 
 
 def _explain_request(
-    policy: Policy, learned: LearnedState, view: RequestView, scorer: Scorer
+    policy: Policy, model: RouteModel, view: RequestView, scorer: Scorer
 ) -> list[str]:
+    """The decision for one request with an idle mtp and an idle plain instance."""
     features = extract(view)
     scores = scorer(view, features)
     backends = (BackendState("mtp", "mtp"), BackendState("plain", "plain"))
     context = RequestContext(model=view.model)
-    decision = decide(policy, features, scores, backends, context, learned=learned)
-    return describe_request(policy, learned, features, scores, decision)
+    decision = decide(policy, features, scores, backends, context, model=model)
+    return describe_request(features, scores, decision)
 
 
 def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:

@@ -29,6 +29,7 @@ from policies.learned import (
     predicted_speedup,
 )
 from policies.observation import Observation, observation_from_log
+from policies.routemodel import gather
 from policies.schema import Assume
 
 __all__ = ["N_BINS", "Observation", "fit_costs", "learn", "observation_from_log"]
@@ -214,6 +215,7 @@ def learn(
         min_samples=min_samples,
         cost=cost,
         beliefs=beliefs,
+        evidence=gather((o for o in everything if o.profile in ("mtp", "plain")), assume),
     )
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-LEARNED_VERSION: Final = 1
+from policies.routemodel import RouteEvidence
+
+LEARNED_VERSION: Final = 2  # 2: the route model's evidence (policies.routemodel)
 # A threshold above every p_spec: the learner found no bin where speculation pays.
 NEVER: Final = 1.01
 ANY_LANG: Final = "*"
@@ -95,6 +97,9 @@ class LearnedState:
     cost: CostFit | None
     beliefs: Mapping[str, Belief]  # "class/lang" -> belief
     version: int = LEARNED_VERSION
+    # What the decision's route model learned: sums over the log, combined with the policy's
+    # machine prior when the decision is made (policies.routemodel).
+    evidence: RouteEvidence = field(default_factory=RouteEvidence)
 
     def belief(self, cls: str, lang: str) -> Belief | None:
         """The belief about the class in this language; for a language never seen, the class
@@ -164,7 +169,9 @@ def normal_cdf(z: float) -> float:
 
 def to_json(state: LearnedState) -> str:
     """Strict JSON (an infinite standard error is written as null, read back as infinite)."""
-    return json.dumps(_strict(asdict(state)), indent=1, sort_keys=True, allow_nan=False)
+    data = asdict(replace(state, evidence=RouteEvidence()))
+    data["evidence"] = state.evidence.as_json()
+    return json.dumps(_strict(data), indent=1, sort_keys=True, allow_nan=False)
 
 
 def _strict(value: Any) -> Any:
@@ -208,6 +215,7 @@ def _state_from(data: Mapping[str, Any]) -> LearnedState:
         min_samples=int(data["min_samples"]),
         cost=CostFit(**cost) if cost is not None else None,
         beliefs=beliefs,
+        evidence=RouteEvidence.from_json(data["evidence"]),
     )
 
 

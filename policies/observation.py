@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.schema import Assume
+from policies.speedup import inputs as speedup_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,10 @@ class Observation:
     ttft_ms: float | None = None
     temperature: float = 0.0  # -1: the request did not say
     thinking: bool | None = False  # None: the request did not say
+    inputs: tuple[float, ...] | None = None  # the speedup model's inputs (policies.speedup)
+    queued: bool = False  # work was queued ahead of it on its instance when it was routed
+    backend: str = ""
+    ts: str = ""
 
     def greedy(self, assume: Assume) -> bool:
         """Whether the request decoded greedily without thinking (where speculation can pay),
@@ -75,9 +80,19 @@ def observation_from_log(data: Mapping[str, Any]) -> Observation | None:
             ttft_ms=_float_or_none(outcome.get("ttft_ms")),
             temperature=float(features.get("temperature", -1)),
             thinking=_thinking(features),
+            inputs=request_inputs(features, classifier.get("scores")),
+            queued=bool(decision.get("queue_ms") or 0),
+            backend=str(outcome.get("backend") or decision.get("backend") or ""),
+            ts=str(data.get("ts") or ""),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def request_inputs(features: Mapping[str, Any], scores: Any) -> tuple[float, ...]:
+    """The speedup model's inputs from a record's features and class scores."""
+    table = scores if isinstance(scores, Mapping) else None
+    return tuple(float(v) for v in speedup_inputs(features, table))
 
 
 def _thinking(features: Mapping[str, Any]) -> bool | None:

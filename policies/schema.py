@@ -45,8 +45,14 @@ class Overrides(_Strict):
 
 
 class Exploration(_Strict):
-    rate: float = Field(0.05, ge=0.0, le=0.5, description="largest share routed against belief")
-    min_samples: int = Field(30, ge=1, description="samples per arm before a learned value counts")
+    max_regret: float = Field(
+        0.02, ge=0.0, le=0.5,
+        description="most a Thompson draw may cost a request, as a share of its best predicted "
+                    "finish (0: route by the posterior mean only)",
+    )
+    min_samples: int = Field(
+        30, ge=1, description="requests per arm before a class's measured speedup is trusted"
+    )
 
 
 class Stickiness(_Strict):
@@ -57,6 +63,11 @@ class Stickiness(_Strict):
 
 class Policy(_Strict):
     schema_version: Literal[1] = 1
+    prior: str = Field(
+        "gb10-ds4",
+        description="machine prior to start from: gb10-ds4, local-pair, or a YAML file "
+                    "(relative to the policy file)",
+    )
     fallback: Profile = Field("plain", description="profile when the classifier fails")
     default: Route = Field("plain", description="profile for a class with no route")
     routes: dict[str, Route] = Field(default_factory=dict, description="class -> route")

@@ -19,6 +19,8 @@ from typing import Final
 import structlog
 
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
+from policies.machine import GB10_DS4, MachinePrior, PriorFile, builtin_prior
+from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
@@ -46,6 +48,12 @@ class Snapshot:
     policy_signature: Signature | None
     learned_signature: Signature | None
     loaded_at: float = 0.0
+    prior: MachinePrior = GB10_DS4  # the policy's machine prior, resolved
+
+    @property
+    def model(self) -> RouteModel:
+        """The route model from the prior and the learned evidence (no online updates)."""
+        return RouteModel(self.prior, self.learned.evidence)
 
 
 @dataclass
@@ -67,9 +75,11 @@ class PolicyStore:
         self.learned_path = Path(learned_path) if learned_path else learned_path_for(policy_path)
         self.counters = ReloadCounters()
         policy = load_model(self.policy_path, Policy)
+        prior = load_prior(policy, self.policy_path)
         learned, learned_sig = self._read_learned_or_empty()
         self._snapshot = Snapshot(
-            policy, learned, _signature(self.policy_path), learned_sig, loaded_at=now
+            policy, learned, _signature(self.policy_path), learned_sig, loaded_at=now,
+            prior=prior,
         )
 
     @property
@@ -109,9 +119,11 @@ class PolicyStore:
         signature = _signature(self.policy_path)
         if signature is None or signature == snapshot.policy_signature:
             return snapshot, False
-        policy = self._read_policy()
-        new = replace(snapshot, policy=policy or snapshot.policy, policy_signature=signature)
-        return new, policy is not None
+        read = self._read_policy()
+        if read is None:
+            return replace(snapshot, policy_signature=signature), False
+        policy, prior = read
+        return replace(snapshot, policy=policy, prior=prior, policy_signature=signature), True
 
     def _with_new_learned(self, snapshot: Snapshot) -> tuple[Snapshot, bool]:
         """The snapshot with the learned file re-read if it changed (deleted: nothing learned)."""
@@ -122,9 +134,10 @@ class PolicyStore:
         new = replace(snapshot, learned=learned or snapshot.learned, learned_signature=signature)
         return new, learned is not None
 
-    def _read_policy(self) -> Policy | None:
+    def _read_policy(self) -> tuple[Policy, MachinePrior] | None:
         try:
-            return load_model(self.policy_path, Policy)
+            policy = load_model(self.policy_path, Policy)
+            return policy, load_prior(policy, self.policy_path)
         except ConfigError as exc:
             self._failed("policy", str(self.policy_path), exc.problems)
             return None
@@ -153,6 +166,27 @@ class PolicyStore:
             field=first["field"] if first else None,
             problems=problems,
         )
+
+
+def load_prior(policy: Policy, policy_path: str | Path) -> MachinePrior:
+    """The policy's machine prior: a built-in profile by name, else a YAML file (relative to
+    the policy file); a bad file raises `ConfigError` naming it."""
+    prior = builtin_prior(policy.prior)
+    if prior is not None:
+        return prior
+    path = Path(policy.prior)
+    if not path.is_absolute():
+        path = Path(policy_path).parent / path
+    if not path.is_file():
+        problem = (f"{policy_path}:1: prior: {policy.prior!r} is neither a built-in machine "
+                   "profile (gb10-ds4, local-pair) nor a file")
+        raise ConfigError(str(policy_path), [problem])
+    try:
+        return load_model(path, PriorFile).prior(str(path))
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(path), [f"{path}:1: {exc}"]) from exc
 
 
 def write_learned(path: str | Path, state: LearnedState) -> None:

@@ -27,12 +27,14 @@ from router.addons.metrics import Metrics
 from router.config import Config
 from router.errors import openai_errors
 from router.learning import background_learner
+from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
 from router.state import (
     CONFIG,
     DEPS,
     METRICS,
+    ONLINE,
     POLICY,
     POOL,
     RECENT,
@@ -43,6 +45,7 @@ from router.state import (
     TASKS,
     TOKENS,
     Deps,
+    RecordSink,
 )
 from router.supervision import record_restarts, supervise
 
@@ -76,7 +79,10 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
     app[METRICS] = Metrics()
     app[RECENT] = RecentRecords()
-    app[SINKS] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add), *deps.sinks]
+    app[ONLINE] = OnlineModel(store)
+    sinks: list[RecordSink] = [CallSink(app[METRICS].observe), CallSink(app[RECENT].add),
+                               app[ONLINE], *deps.sinks]
+    app[SINKS] = sinks
     app[TASKS] = set()
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)

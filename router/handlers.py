@@ -61,7 +61,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         header_route=request.headers.get("x-specroute-route"),
         conversation_hint=request.headers.get("x-specroute-conversation"),
         policy=snapshot.policy,
-        learned=snapshot.learned,
+        model=app[state.ONLINE].model,
         scorer=app[state.SCORER].current,
         count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
         backends=pool.states(started),
@@ -83,7 +83,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
     result = ForwardResult(meter=StreamMeter(started_at=started,
                                              text_cap=options.keep_text_chars))
-    pool.begin(primary)
+    ticket = pool.begin(primary, plan.decision.service_ms, started)
     try:
         response, _ = await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
@@ -95,7 +95,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         result.client_disconnected = True
         raise
     finally:
-        pool.end(primary)
+        pool.end(primary, ticket)
         if counters is None:
             _account(app, plan, result, started)
         else:  # an await: shielded, so that a client hanging up now loses no record

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import NormalDist
 from typing import Any, Final
 
 from backends.engines import EngineAdapter, Tweaked
@@ -19,7 +20,7 @@ from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
-from policies.learned import LearnedState
+from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.sessions import Held, conversation_key
 from router.errors import RequestError
@@ -52,7 +53,7 @@ def plan_request(
     header_route: str | None,
     conversation_hint: str | None,
     policy: Policy,
-    learned: LearnedState,
+    model: RouteModel,
     scorer: Scorer,
     count_tokens: TokenCounter | None,
     backends: list[BackendState],
@@ -61,8 +62,8 @@ def plan_request(
 ) -> RoutedRequest:
     """Parse, classify and decide; raises `RequestError` (4xx) on bad input.
 
-    `draw` is a uniform random number for exploration (None: never explore); `held_for(key)`
-    says where a conversation's prefix lives, for stickiness.
+    `draw` is a uniform random number for Thompson sampling (None: the posterior median, no
+    exploration); `held_for(key)` says where a conversation's prefix lives.
     """
     body = _parse_json(raw)
     try:
@@ -80,8 +81,8 @@ def plan_request(
     context = RequestContext(header_route=route or None, model=view.model)
     conversation = conversation_key(view, conversation_hint)
     decision = decide(
-        policy, features, scored.scores, backends, context, learned.thresholds(),
-        learned=learned, draw=draw, held=held_for(conversation),
+        policy, features, scored.scores, backends, context,
+        model=model, z=normal_draw(draw), held=held_for(conversation),
     )
     return RoutedRequest(
         request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
@@ -156,6 +157,13 @@ def record_for(
         overhead_ms=round(overhead, 3),
         content=content,
     )
+
+
+def normal_draw(uniform: float | None) -> float:
+    """A standard normal draw from a uniform one (None: 0, the median)."""
+    if uniform is None:
+        return 0.0
+    return NormalDist().inv_cdf(min(max(uniform, 1e-9), 1.0 - 1e-9))
 
 
 def _parse_json(raw: bytes) -> dict[str, Any]:

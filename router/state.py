@@ -21,6 +21,7 @@ from policies.store import PolicyStore
 from router.addons.dashboard import RecentRecords
 from router.addons.metrics import Metrics
 from router.config import Config
+from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
 
@@ -41,7 +42,7 @@ class Deps:
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
-    explore: bool = True  # False: never route against the current belief (benchmarks, tests)
+    explore: bool = True  # False: no Thompson draw, the posterior median (benchmarks, tests)
 
 
 CONFIG = web.AppKey("config", Config)
@@ -56,4 +57,5 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
+ONLINE = web.AppKey("online", OnlineModel)
 TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled

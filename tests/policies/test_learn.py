@@ -14,6 +14,7 @@ import pytest
 from policies.learn import Observation, fit_costs, learn, observation_from_log
 from policies.learned import NEVER, acceptance_for_speedup, predicted_speedup
 from policies.schema import Assume
+from policies.speedup import INPUTS
 from tests.policies import synthetic
 from tests.policies.synthetic import CPU_PAIR, GB10, Machine
 
@@ -173,9 +174,12 @@ def _record(**outcome: object) -> dict[str, object]:
 
 def test_observation_from_log_reads_a_record() -> None:
     obs = observation_from_log(_record())
+    assert obs is not None and obs.inputs is not None
     assert obs == Observation(
-        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None
+        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None,
+        inputs=obs.inputs,
     )
+    assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
 
 
 @pytest.mark.parametrize(

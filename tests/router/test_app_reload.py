@@ -73,21 +73,23 @@ async def test_metrics_count_requests(aiohttp_server: ServerFactory, tmp_path: P
 async def test_a_conversation_stays_where_its_prefix_is(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
-    policy = tmp_path / "policy.yaml"
-    text = Path(DEFAULT_POLICY).read_text()
-    policy.write_text(text)
-    stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy))
-    headers = {"x-specroute-conversation": "one-conversation"}
+    stack = await start_stack(aiohttp_server, tmp_path)
+    # ~3,000 prompt tokens: re-prefilling them elsewhere costs more than +4.4% on 32 tokens
+    long_tech = {**GREEDY_TECH, "max_tokens": 32, "messages": [
+        {"role": "system", "content": "You explain systems. " * 600},
+        *GREEDY_TECH["messages"]]}
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH,
-                                headers=headers) as response:
-            assert response.headers["x-specroute-backend"] == "mtp-0"
-        policy.write_text(text.replace("technical: auto", "technical: plain"))
-        reload_once(stack.proxy.app)
-        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH,
-                                headers=headers) as response:
-            # re-prefilling on the other instance costs more than it could gain on a short reply
-            assert response.headers["x-specroute-backend"] == "mtp-0"
-            assert response.headers["x-specroute-reason"] == "sticky"
-    first, second = stack.sink.records[-2:]
+        url = f"{stack.base_url}/chat/completions"
+        async with session.post(url, json=long_tech, headers={
+                "x-specroute-conversation": "one", "x-specroute-route": "plain"}) as response:
+            assert response.headers["x-specroute-backend"] == "plain-0"
+        async with session.post(url, json=long_tech,
+                                headers={"x-specroute-conversation": "one"}) as response:
+            assert response.headers["x-specroute-backend"] == "plain-0"
+            assert response.headers["x-specroute-reason"] == "finish"
+        async with session.post(url, json=long_tech,
+                                headers={"x-specroute-conversation": "two"}) as response:
+            assert response.headers["x-specroute-backend"] == "mtp-0"  # nothing cached anywhere
+    first, second = stack.sink.records[-3:-1]
+    assert second.decision["finish_ms"]["plain-0"] < second.decision["finish_ms"]["mtp-0"]
     assert first.conversation == second.conversation
