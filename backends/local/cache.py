@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +51,13 @@ def exclusive(root: Path, name: str, progress: Progress) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_loopback_port() -> int:
+    """A port nothing listens on now (the OS picks it; the server binds it moments later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

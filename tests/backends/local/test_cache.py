@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import platform
 import subprocess
 import sys
 import textwrap
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from backends.engines import adapter_for
-from backends.localbuild import machine_tag, server_dir
-from backends.localcache import LocalBackendError, cache_root, exclusive, sha256_file
-from backends.localmodels import MODELS, ModelAsset, assemble_model, cached_model
-from backends.localpair import find_pair, local_pair_specs
+from backends.local.build import machine_tag, server_dir
+from backends.local.cache import LocalBackendError, cache_root, exclusive, sha256_file
+from backends.local.flags import flag_sets
+from backends.local.models import MODELS, ModelAsset, assemble_model, cached_model
+from backends.local.pair import find_pair, local_pair_specs
 
 
 @pytest.mark.parametrize(
@@ -79,14 +81,14 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from backends.localcache import exclusive
+        from backends.local.cache import exclusive
         with exclusive(Path({str(tmp_path)!r}), "thing", lambda line: print(line, flush=True)):
             print("got it", flush=True)
     """)
     lines: list[str] = []
     with exclusive(tmp_path, "thing", lines.append):
         other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                 text=True, cwd=Path(__file__).resolve().parents[2])
+                                 text=True, cwd=Path(__file__).resolve().parents[3])
         assert other.stdout is not None
         assert other.stdout.readline().startswith("waiting: another process is preparing thing")
     assert other.stdout.readline() == "got it\n"
@@ -97,7 +99,7 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
 def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
     with pytest.raises(LocalBackendError, match="ensure qwen"):
         local_pair_specs("qwen", plain_port=1, mtp_port=2, root=tmp_path)
-    server = server_dir(tmp_path) / "llama-server"
+    server = server_dir(tmp_path, flag_sets(platform.machine())[0]) / "llama-server"
     server.parent.mkdir(parents=True)
     server.write_text("#!/bin/sh\n")
     server.chmod(0o755)
