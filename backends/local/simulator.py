@@ -217,6 +217,11 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
     return _Plan(tokens, tuple(steps[:n]), draft_n, accepted, prompt)
 
 
+def decode_plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
+    """The reply and its pacing for `body` on this instance (what a request would get)."""
+    return _plan(state, body)
+
+
 def prompt_tokens_of(body: Mapping[str, Any]) -> int:
     """A stand-in token count of the prompt (about four characters a token)."""
     asked = body.get("messages") or body.get("prompt") or body.get("input") or ""
