@@ -74,16 +74,16 @@ class _Accumulator:
     decode_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0.0))
     samples: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
     ttft_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PROFILES})
-    threshold: float | None = None
+    predicted: list[float] = field(default_factory=list)  # the decisions' predicted speedups
 
     def add(self, record: RouteRecord) -> None:
         self.requests += 1
         profile = record_profile(record)
         if record.decision.get("explored"):
             self.explored += 1
-        threshold = record.decision.get("threshold")
-        if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
-            self.threshold = float(threshold)  # records arrive oldest first: keep the latest
+        predicted = record.decision.get("speedup")
+        if isinstance(predicted, (int, float)) and not isinstance(predicted, bool):
+            self.predicted.append(float(predicted))
         if not is_ok(record):
             self.errors += 1
             return
@@ -119,7 +119,7 @@ class GroupSummary:
     n_tps_plain: int
     ttft_p50_mtp: float | None
     ttft_p50_plain: float | None
-    threshold: float | None  # the latest threshold the policy applied to this group
+    predicted_speedup: float | None  # mean mtp speedup the decisions predicted for the group
     gain_vs_always_mtp: float | None
     gain_vs_never_mtp: float | None
     tokens: float  # completion tokens of the requests with a measured tokens/s
@@ -170,7 +170,7 @@ def _finish(name: str, acc: _Accumulator) -> GroupSummary:
         n_tps_plain=acc.samples["plain"],
         ttft_p50_mtp=_median(acc.ttft_ms["mtp"]),
         ttft_p50_plain=_median(acc.ttft_ms["plain"]),
-        threshold=acc.threshold,
+        predicted_speedup=sum(acc.predicted) / len(acc.predicted) if acc.predicted else None,
         gain_vs_always_mtp=_gain(all_tokens, routed_s, tps["mtp"], tps["plain"]),
         gain_vs_never_mtp=_gain(all_tokens, routed_s, tps["plain"], tps["mtp"]),
         tokens=all_tokens,

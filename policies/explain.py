@@ -18,7 +18,7 @@ from policies.decide import Decision
 from policies.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
 from policies.routemodel import RouteModel
 from policies.schema import Policy
-from policies.speedup import CLASS_INPUTS, INPUTS, Vector
+from policies.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
 
 
 def describe_policy(policy: Policy) -> list[str]:
@@ -83,9 +83,7 @@ def describe_model(model: RouteModel) -> list[str]:
         "  predicted mtp speedup for a request wholly of one class (median, ± sd of log):",
     ]
     for cls in CLASSES:
-        x = [0.0] * len(INPUTS)
-        x[0], x[INPUTS.index(f"p_{cls}")] = 1.0, 1.0
-        prediction = model.posterior.predict(_array(x))
+        prediction = model.posterior.predict(class_inputs(cls))
         lines.append(
             f"    {cls:<10} {prediction.speedup:6.3f} ± {prediction.sd:.3f}"
             f"  (prior {p.class_speedup.get(cls, 1.0):.3f}); expected reply"

@@ -108,6 +108,7 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
     for o in observations:
         if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
             rows.append((np.array(o.inputs, dtype=np.float64), -math.log(o.ms_per_token)))
+            evidence = replace(evidence, **_others(evidence, o))
         else:
             evidence = add_scalars(evidence, o, assume)
     return replace(evidence, greedy=evidence.greedy.merged(Evidence.of(rows)))

@@ -75,6 +75,13 @@ def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> V
     return np.array(values, dtype=np.float64)
 
 
+def class_inputs(cls: str) -> Vector:
+    """The input of a request wholly of one class, with no other signal (for reports)."""
+    x = np.zeros(len(INPUTS))
+    x[0], x[INPUTS.index(f"p_{cls}")] = 1.0, 1.0
+    return x
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Evidence:
     """Sufficient statistics of observed log-speedups: sum of x x^T, of x y, of y^2, count."""

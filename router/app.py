@@ -27,7 +27,7 @@ from router.addons.metrics import Metrics
 from router.config import Config
 from router.errors import openai_errors
 from router.learning import background_learner
-from router.online import OnlineModel
+from router.online import OnlineModel, model_status
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
 from router.state import (
@@ -95,14 +95,9 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
 
 
 def _status(app: web.Application) -> dict[str, Any]:
-    """What the dashboard shows besides the records: backend health and learned thresholds."""
+    """What the dashboard shows besides the records: backend health and the speedup model."""
     backends = app[POOL].describe(app[DEPS].clock())
-    learned = app[POLICY].learned
-    thresholds = {
-        key: {"value": b.threshold, "uncertainty": b.se, "trusted": b.trusted}
-        for key, b in learned.beliefs.items()
-    }
-    return {"backends": backends, "thresholds": thresholds}
+    return {"backends": backends, "speedup_model": model_status(app[ONLINE].model)}
 
 
 def _load_tokens(config: Config) -> TokenCounter | None:
@@ -164,10 +159,10 @@ def reload_once(app: web.Application) -> None:
         metrics.policy_reload(ok=True)
         stickiness = store.policy.stickiness
         app[SESSIONS].resize(stickiness.max_conversations, stickiness.ttl_s)
-        for key, threshold in store.learned.thresholds().items():
-            metrics.set_threshold(key, threshold)
     if sum(store.counters.failed.values()) > failed_before:
         metrics.policy_reload(ok=False)
+    for cls, row in model_status(app[ONLINE].model)["classes"].items():
+        metrics.set_model_speedup(cls, row["value"])
     app[SCORER].reload_if_changed()
     app[SESSIONS].expire(now)
     for backend in app[POOL].describe(now):

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict
-from typing import Final
+from typing import Any, Final
 
+import numpy as np
+
+from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies.observation import Observation, observation_from_log
 from policies.routemodel import RouteEvidence, RouteModel, observe
+from policies.speedup import INPUTS, class_inputs
 from policies.store import PolicyStore, Snapshot
 
 # Records kept for re-applying after a reload (a learner that runs every few minutes sees far
@@ -71,3 +75,23 @@ class OnlineModel:
 
     def _build(self, snapshot: Snapshot) -> RouteModel:
         return RouteModel(snapshot.prior, snapshot.learned.evidence.merged(self._recent))
+
+
+def model_status(model: RouteModel) -> dict[str, Any]:
+    """The speedup model for the dashboard and metrics: per class, the predicted speedup of a
+    request wholly of that class with its 1-sd range; the prior; the evidence; the weights."""
+    classes: dict[str, dict[str, float]] = {}
+    for cls in CLASSES:
+        p = model.posterior.predict(class_inputs(cls))
+        classes[cls] = {"value": p.speedup, "low": p.sample(-1.0), "high": p.sample(1.0),
+                        "prior": model.prior.class_speedup.get(cls, 1.0)}
+    sampled = model.speedup(np.zeros(len(INPUTS)), greedy=False)
+    return {
+        "prior": model.prior.name,
+        "observations": model.evidence.greedy.n,
+        "sampled": {"value": sampled.speedup, "low": sampled.sample(-1.0),
+                    "high": sampled.sample(1.0), "n": model.evidence.sampled.n},
+        "t_plain_ms": model.t_plain_ms,
+        "classes": classes,
+        "weights": {name: {"mean": m, "sd": s} for name, (m, s) in model.posterior.weights().items()},
+    }

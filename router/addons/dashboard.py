@@ -93,18 +93,17 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
     }
 
 
-def _thresholds(
+def _speedup_model(
     status: Mapping[str, Any], groups: Iterable[GroupSummary]
-) -> dict[str, dict[str, float | None]]:
-    """The learner's thresholds with their uncertainty; else those the records carry."""
-    learned = status.get("thresholds")
-    if isinstance(learned, Mapping) and learned:
-        return {
-            str(key): {"value": _float(v.get("value")), "uncertainty": _float(v.get("uncertainty"))}
-            for key, v in learned.items()
-            if isinstance(v, Mapping)
-        }
-    return {g.key: {"value": g.threshold, "uncertainty": None} for g in groups if g.threshold}
+) -> dict[str, Any]:
+    """The speedup model's per-class predictions with their 1-sd range (the proxy's status);
+    else the mean speedup the records' decisions predicted."""
+    model = status.get("speedup_model")
+    if isinstance(model, Mapping) and model.get("classes"):
+        return dict(model)
+    return {"prior": None, "observations": None, "weights": {},
+            "classes": {g.key: {"value": g.predicted_speedup, "low": None, "high": None}
+                        for g in groups if g.predicted_speedup is not None}}
 
 
 def _float(value: object) -> float | None:
@@ -140,7 +139,7 @@ def dashboard_data(
             {"start": b.start, "groups": {g.key: _group_dict(g) for g in b.groups}}
             for b in timeline(records, bucket_s)
         ],
-        "thresholds": _thresholds(status, groups),
+        "speedup_model": _speedup_model(status, groups),
         "backends": list(status.get("backends") or []),
         "recent": [_recent_row(r) for r in reversed(records[-recent_n:])],
     })

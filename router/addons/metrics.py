@@ -75,11 +75,11 @@ class Metrics:
             "failovers", "Requests moved to another backend before the first byte",
             ["from_backend", "to_backend"], namespace=ns, registry=reg)
         self.policy_reloads = Counter(
-            "policy_reloads", "Policy and learned-threshold reloads, by result (ok, failed)",
+            "policy_reloads", "Policy and learned-state reloads, by result (ok, failed)",
             ["result"], namespace=ns, registry=reg)
-        self.threshold = Gauge(
-            "learned_threshold", "Learned p_spec threshold by class/lang key",
-            ["key"], namespace=ns, registry=reg)
+        self.model_speedup = Gauge(
+            "model_speedup", "Predicted mtp speedup for a request wholly of a class (the model)",
+            ["cls"], namespace=ns, registry=reg)
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)  # both series exist from the start
 
@@ -120,8 +120,8 @@ class Metrics:
     def policy_reload(self, ok: bool) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()
 
-    def set_threshold(self, key: str, value: float) -> None:
-        self.threshold.labels(key=key).set(value)
+    def set_model_speedup(self, cls: str, value: float) -> None:
+        self.model_speedup.labels(cls=cls).set(value)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for the `/metrics` handler."""

@@ -77,11 +77,12 @@ def _num(value: float | None, pattern: str) -> str:
 
 
 def format_summary(summaries: Iterable[GroupSummary], stats: ReadStats, window: int) -> list[str]:
-    """The live per-class block: requests, share to mtp, acceptance, tokens/s, threshold."""
+    """The live per-class block: requests, share to mtp, acceptance, tokens/s, measured and
+    predicted speedup."""
     rows = list(summaries)
     header = (
         f"{'class':<14} {'reqs':>6} {'->mtp':>6} {'acc':>5} {'mtp tok/s':>10} "
-        f"{'plain tok/s':>12} {'speedup':>8} {'thresh':>7}"
+        f"{'plain tok/s':>12} {'speedup':>8} {'pred':>6}"
     )
     lines = [f"-- per class, last {window} requests " + "-" * 40, header]
     for row in rows:
@@ -89,7 +90,7 @@ def format_summary(summaries: Iterable[GroupSummary], stats: ReadStats, window: 
             f"{row.key:<14.14} {row.requests:>6} {_pct(row.mtp_share):>6} "
             f"{_num(row.acceptance, '{:.2f}'):>5} {_num(row.tps_mtp, '{:.1f}'):>10} "
             f"{_num(row.tps_plain, '{:.1f}'):>12} {_num(row.speedup, '{:.2f}x'):>8} "
-            f"{_num(row.threshold, '{:.2f}'):>7}"
+            f"{_num(row.predicted_speedup, '{:.2f}x'):>6}"
         )
     lines.append(f"({stats.summary()})")
     return lines

@@ -31,7 +31,7 @@ def _one(records: list[RouteRecord]) -> object:
         ([make_record(), make_record(status=502)], "errors", 1),
         ([make_record(explored=True), make_record(), make_record(), make_record()],
          "explored_share", 0.25),
-        ([make_record(threshold=0.4), make_record(threshold=0.6)], "threshold", 0.6),
+        ([make_record(speedup=1.1), make_record(speedup=0.9)], "predicted_speedup", 1.0),
         ([make_record(ttft_ms=100), make_record(ttft_ms=300), make_record(ttft_ms=200)],
          "ttft_p50_mtp", 200.0),
         # routed: 100 tok @ 20 (5 s) on mtp + 100 tok @ 10 (10 s) on plain = 15 s;
