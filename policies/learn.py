@@ -1,7 +1,9 @@
-"""Learning the routing thresholds from logged outcomes.
+"""Learning from logged outcomes: the route model's evidence (policies.routemodel: what the
+decision uses) and, for `policy explain`, the dashboard and reports, per-class tables.
 
 Pure: observations in, a `LearnedState` out; no I/O, no clock, no globals.
 
+The per-class tables:
 Where the `mtp` instance reports draft statistics, the learner fits the depth-1 cost model
 (DESIGN.md): the machine's step costs (plain step, gate-skipped cycle, verified cycle) once,
 across all classes, by least squares on each request's decode time; the workload's acceptance

@@ -55,7 +55,7 @@ class SupervisorConfig(_Strict):
 
 class LearnConfig(_Strict):
     interval_s: float = Field(
-        300.0, ge=0, description="learn thresholds from the decision log this often (0: never)"
+        300.0, ge=0, description="learn from the decision log this often (0: never)"
     )
 
 

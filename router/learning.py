@@ -1,5 +1,6 @@
-"""The background learner: every `learn.interval_s`, learn the thresholds from the decision log
-and write the learned state next to the policy, where the store hot-reloads it.
+"""The background learner: every `learn.interval_s`, learn from the whole decision log (the route
+model's evidence, the per-class tables) and write the learned state next to the policy, where
+the store hot-reloads it (records written since reach the model online: router.online).
 
 Learning reads the whole rotated log (bounded by `log.rotate_mb * log.keep`) and does
 arithmetic: it runs in a worker thread so that the event loop keeps relaying streams.
