@@ -62,16 +62,22 @@ def preset(name: str) -> StepCosts:
 @dataclass(frozen=True, slots=True)
 class Projection:
     acceptance: float
+    gate_skip: float
     tokens_per_cycle: float
     speedup: float
     tps_plain: float
     tps_mtp: float
 
 
-def project(acceptance: float, costs: StepCosts) -> Projection:
-    """Tokens/s on each profile and the speedup that `acceptance` would give on `costs`."""
+def project(acceptance: float, costs: StepCosts, gate_skip: float | None = None) -> Projection:
+    """Tokens/s on each profile and the speedup that `acceptance` would give on `costs`, with
+    the margin gate skipping `gate_skip` of cycles (default: the cost model's one share)."""
     if not 0.0 <= acceptance <= 1.0:
         raise ProjectionError(f"acceptance must be within [0, 1], got {acceptance}")
+    skip = costs.gate_skip if gate_skip is None else gate_skip
+    if not 0.0 <= skip < 1.0:
+        raise ProjectionError(f"gate skip share must be within [0, 1), got {skip}")
+    costs = costs.model_copy(update={"gate_skip": skip})
     spec_share = 1.0 - costs.gate_skip
     speedup = predicted_speedup(
         acceptance,
@@ -83,6 +89,7 @@ def project(acceptance: float, costs: StepCosts) -> Projection:
     tps_plain = 1000.0 / costs.t_plain_ms
     return Projection(
         acceptance=acceptance,
+        gate_skip=costs.gate_skip,
         tokens_per_cycle=costs.gate_skip + spec_share * (1.0 + acceptance),
         speedup=speedup,
         tps_plain=tps_plain,

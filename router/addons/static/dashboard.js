@@ -92,11 +92,12 @@ function render(data) {
 
   table("classes",
     ["class", "requests", "errors", "→ mtp", "acceptance", "mtp tok/s", "plain tok/s",
-     "speedup", "predicted"],
+     "speedup (like with like)", "predicted", "gate skip"],
     rows.map((r) => [r.key, r.requests, r.errors, pct(r.mtp_share), fmt(r.acceptance, 2),
                      fmt(r.tps_mtp, 1), fmt(r.tps_plain, 1),
-                     r.speedup === null ? "–" : fmt(r.speedup, 2) + "×",
-                     r.predicted_speedup === null ? "–" : fmt(r.predicted_speedup, 3) + "×"]));
+                     r.matched_speedup === null ? "–" : fmt(r.matched_speedup, 3) + "×",
+                     r.predicted_speedup === null ? "–" : fmt(r.predicted_speedup, 3) + "×",
+                     pct(r.gate_skip)]));
   table("backends", ["backend", "profile", "health", "in flight", "restarts"],
     data.backends.map((b) => [b.name, b.profile,
       { text: b.healthy ? "healthy" : "DOWN", cls: b.healthy ? "ok" : "bad" },

@@ -44,6 +44,14 @@ def test_gb10_break_even_is_where_tau_pays_for_the_cycle() -> None:
 def test_projection_refuses_impossible_acceptance() -> None:
     with pytest.raises(ProjectionError):
         project(1.5, GB10)
+    with pytest.raises(ProjectionError):
+        project(0.9, GB10, gate_skip=1.0)
+
+
+def test_a_class_the_gate_skips_more_projects_lower() -> None:
+    # the same acceptance, the gate skipping more of the cycles: less of speculation's gain
+    assert project(0.9, GB10, 0.7).speedup < project(0.9, GB10, 0.2).speedup
+    assert project(0.9, GB10).gate_skip == GB10.gate_skip
 
 
 def test_costs_from_yaml_and_errors_naming_the_field(tmp_path: Path) -> None:
@@ -77,13 +85,16 @@ def test_report_writes_table_plots_and_a_labelled_projection(tmp_path: Path) -> 
     report, markdown, plots = run_report([str(log)], tmp_path / "out", project_onto="gb10",
                                          grouping="class")
     text = markdown.read_text()
-    assert "| code | 8 | 0 | 50% | 8.00 | 10.00 | 0.800x | 0.900 |" in text
-    assert "| chat | 2 | 0 | 50% | 6.00 | 10.00 | 0.600x | 0.500 |" in text
+    # code: 100 tokens from 40 verified cycles (36 accepted) and 24 gate-skipped ones
+    assert "| code | 8 | 0 | 50% | 8.00 | 10.00 | 0.800x | 0.800x | 1.050x | 0.900 | 38% |" in text
+    assert "| chat | 2 | 0 | 50% | 6.00 | 10.00 | 0.600x | 0.600x | 1.050x | 0.500 |" in text
     assert "1 malformed lines skipped" in text
     assert f"## {PROJECTION_BANNER}: onto gb10" in text
     assert "**Projection, not a measurement.**" in text
-    code = project(0.9, GB10)
-    assert f"| code | 0.900 | {code.tps_plain:.2f} | {code.tps_mtp:.2f} | {code.speedup:.3f}x |" in text
+    code = project(0.9, GB10, 24 / 64)  # the class's own gate-skip share, not the preset's
+    assert code.gate_skip == pytest.approx(0.375)
+    assert (f"| code | 0.900 | 38% | {code.tps_plain:.2f} | {code.tps_mtp:.2f} "
+            f"| {code.speedup:.3f}x |") in text
     assert report.projections["chat"].speedup < 1 < report.projections["code"].speedup
     assert [p.name for p in plots] == ["tokens_per_second.png", "acceptance.png", "speedup.png"]
     for plot in plots:
