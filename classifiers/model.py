@@ -56,6 +56,20 @@ def guess_lang(view: RequestView, features: Features) -> str:
     return "zh"
 
 
+# The agent share a turn with agent structure gets (the rest keeps the model's proportions).
+STRUCTURE_AGENT: Final = 0.9
+
+
+def _agent_by_structure(probs: FloatArray, agent: int) -> FloatArray:
+    """Unambiguous structure counts: at least STRUCTURE_AGENT on agent."""
+    if probs[agent] >= STRUCTURE_AGENT:
+        return probs
+    rest = 1.0 - float(probs[agent])
+    scaled = probs * ((1.0 - STRUCTURE_AGENT) / rest if rest > 0 else 0.0)
+    scaled[agent] = STRUCTURE_AGENT
+    return scaled.astype(np.float32)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainedScorer:
     """A loaded artifact; immutable, so the router swaps whole scorers on reload."""
@@ -75,6 +89,8 @@ class TrainedScorer:
 
     def score(self, view: RequestView, features: Features) -> Scores:
         probs = self.probabilities(view, features)
+        if features.agent_structure and "agent" in self.classes:
+            probs = _agent_by_structure(probs, self.classes.index("agent"))
         scores = {c: float(p) for c, p in zip(self.classes, probs)}
         top = self.classes[int(np.argmax(probs))]
         return Scores(top_class=top, lang=guess_lang(view, features), scores=scores,

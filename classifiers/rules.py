@@ -56,7 +56,7 @@ def _guess(text: str, f: Features) -> str:
     if (f.n_tools > 0 and not f.tool_choice_none
             and (f.last_role_tool or f.tool_choice_required or not _CHAT_TURN.search(text))):
         return "agent"
-    if f.last_role_tool:
+    if f.last_role_tool or f.agent_structure:
         return "agent"
     if f.code_fences > 0 or f.code_line_share >= 0.3 or _CODE_ASK.search(text):
         return "code"
