@@ -52,7 +52,7 @@ from classifiers.request_view import view_request
 from classifiers.scores import Scores
 from policies.decide import decide
 from policies.learned import acceptance_for_speedup
-from policies.machine import GB10_DS4
+from policies.machine import GB10_DS4, LOCAL_PAIR
 from policies.observation import Observation, request_inputs
 from policies.routemodel import RouteEvidence, RouteModel, observe
 from policies.schema import Policy
@@ -86,12 +86,20 @@ class Item:
         return self.arms["plain"].tokens
 
 
-def gb10_states() -> dict[str, SimState]:
-    share = 1 - COST.gate_skip
-    steps = (COST.t_plain_ms, COST.t_plain_ms + COST.t_draft_ms, COST.t_verify_ms + COST.t_draft_ms)
-    acceptance = {c: acceptance_for_speedup(s, share, *steps) for c, s in GB10_SPEEDUP.items()}
-    return {p: SimState(profile=p, cost=COST, acceptance=acceptance, reply_tokens=512,
-                        class_of=_class_of, serial=True, greedy_only=True)
+# A CPU pair like the README's (llama.cpp: no margin gate, a 2-token verify ~2.8 plain steps,
+# speculating sampled requests too): MTP-1 loses on every class, as measured there.
+CPU_COST: Final = CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0)
+CPU_SPEEDUP: Final = {c: s for c, s in LOCAL_PAIR.class_speedup.items()}
+
+
+def gb10_states(cost: CostModel = COST, speedups: dict[str, float] = GB10_SPEEDUP,
+                greedy_only: bool = True) -> dict[str, SimState]:
+    share = 1 - cost.gate_skip
+    steps = (cost.t_plain_ms, cost.t_plain_ms + cost.t_draft_ms, cost.t_verify_ms + cost.t_draft_ms)
+    acceptance = {c: min(1.0, max(0.0, acceptance_for_speedup(s, share, *steps)))
+                  for c, s in speedups.items()}
+    return {p: SimState(profile=p, cost=cost, acceptance=acceptance, reply_tokens=512,
+                        class_of=_class_of, serial=True, greedy_only=greedy_only)
             for p in ("mtp", "plain")}
 
 
@@ -100,9 +108,11 @@ def _class_of(body: object) -> str:
     return str(meta.get("bench_class", "technical")) if isinstance(meta, dict) else "technical"
 
 
-def measure(requests: Sequence[TrafficRequest]) -> list[Item]:
-    """Features and the shipped classifier's scores, and the simulator's plan on each profile."""
-    scorer, sims, items = load_artifact(), gb10_states(), []
+def measure(requests: Sequence[TrafficRequest], cpu: bool = False) -> list[Item]:
+    """Features and the shipped classifier's scores, and the simulator's plan on each profile
+    (the GB10's, or with `cpu` a CPU pair's)."""
+    sims = gb10_states(CPU_COST, CPU_SPEEDUP, greedy_only=False) if cpu else gb10_states()
+    scorer, items = load_artifact(), []
     for r in requests:
         view = view_request("chat", r.body)
         features = extract(view)
@@ -187,6 +197,7 @@ class Specroute(Router):
         self.to_mtp: dict[str, int] = {}
         self._decisions: dict[int, tuple[float, str]] = {}
         self._clock = 0
+        self.routed: list[str] = []  # the profile of each request, in arrival order
 
     def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
         states = sim.pool.states(now_ms / 1000.0)
@@ -196,6 +207,7 @@ class Specroute(Router):
         key = f"{item.request.cls}/{item.request.lang}"
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
         self._decisions[id(item)] = (d.queue_ms, d.profile)
+        self.routed.append(d.profile)
         return d.backend, d.service_ms
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
@@ -396,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = closed_loop_row(long_items, 1, policy, args.seed)
             failures += _print_long(mix, args.long, row)
     print(f"\n({time.monotonic() - started:.0f} s)")
+    failures += cpu_check(policy, args.seed)
     if args.live:
         from bench.learning_live import main as live_main
 
@@ -405,6 +418,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print("all targets met")
     return 0
+
+
+def cpu_check(policy: Policy, seed: int, n: int = 300, within: int = 30) -> list[str]:
+    """A CPU pair (speculation loses on every class) under the GB10 prior, 1 client: after
+    `within` requests, nothing should go to mtp but a regret-bounded exploration."""
+    items = measure(make_mix("balanced", n, seed), cpu=True)
+    router = Specroute(policy, seed)
+    simulate(items, PAIR, router, clients=1)
+    late = router.routed[within:].count("mtp")
+    first = router.routed[:within].count("mtp")
+    print(f"\n== CPU pair under the gb10-ds4 prior, 1 client, {n} requests: {first} of the first "
+          f"{within} to mtp, {late} after")
+    return [] if late == 0 else [f"cpu pair: {late} requests to mtp after {within}"]
 
 
 def _print_closed(mix: str, clients: int, row: dict[str, Outcome]) -> list[str]:

@@ -17,11 +17,10 @@ import argparse
 import asyncio
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -94,7 +93,7 @@ async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, 
     sims = gb10_states()
     stops = []
     tmp = Path(tempfile.mkdtemp(prefix="specroute-live-"))
-    process: subprocess.Popen[bytes] | None = None
+    process: asyncio.subprocess.Process | None = None
     deadline = time.monotonic() + max_seconds
     try:
         ports = {}
@@ -106,8 +105,9 @@ async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, 
         conf = tmp / "nginx.conf"
         conf.write_text(NGINX_CONF.format(tmp=tmp, mtp=ports["mtp"], plain=ports["plain"],
                                           port=nginx_port), encoding="utf-8")
-        process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(tmp)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = await asyncio.create_subprocess_exec(
+            nginx, "-c", str(conf), "-p", str(tmp),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await asyncio.sleep(0.5)
         print(f"\n== live, {mix}, {n} requests per run, time scale {time_scale}")
         for clients in clients_list:
@@ -125,15 +125,17 @@ async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, 
             print(f"  {clients} client(s): specroute {ours / 2:.1f} tok/s (wall, paced), nginx "
                   f"least_conn {theirs / 2:.1f}; ratio {ours / theirs:.3f}")
     finally:
-        if process is not None:
+        if process is not None:  # stopped by its PID
             process.terminate()
-            process.wait(timeout=10)
+            await asyncio.wait_for(process.wait(), timeout=10)
         for stop in stops:
             await stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def _proxy(workdir: Path, ports: dict[str, int]) -> tuple[str, object]:
+async def _proxy(
+    workdir: Path, ports: dict[str, int]
+) -> tuple[str, Callable[[], Awaitable[None]]]:
     """A fresh proxy (cold start) with the shipped policy and classifier."""
     workdir.mkdir(parents=True)
     policy = workdir / "policy.yaml"
