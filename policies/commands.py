@@ -26,7 +26,7 @@ from policies.learn import Observation, learn, observation_from_log
 from policies.learned import LearnedState
 from policies.routemodel import RouteModel
 from policies.schema import Policy
-from policies.store import PolicyStore, learned_path_for, write_learned
+from policies.store import PolicyStore, learned_path_for, load_prior, write_learned
 from policies.yamlfile import ConfigError, load_model
 
 ObservationReader = Callable[[list[str]], Iterable[Observation]]
@@ -148,7 +148,12 @@ def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
         return 1
     out = Path(args.out) if args.out else learned_path_for(args.policy)
     state = learn_to_file(observations, policy, out, created=datetime.now(UTC).isoformat())
-    print("\n".join(describe_state(state, policy, str(out))))
+    try:
+        model = RouteModel(load_prior(policy, args.policy), state.evidence)
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    print("\n".join(describe_model(model) + [""] + describe_state(state, policy, str(out))))
     return 0
 
 

@@ -83,7 +83,8 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     assert state.n_observations == 400
     assert state.evidence.greedy.n == sum(o.profile == "mtp" for o in observations)
     assert state.evidence.plain_ms.n == sum(o.profile == "plain" for o in observations)
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "Route model: prior gb10-ds4" in printed and "Per-class evidence" in printed
 
     request = tmp_path / "request.json"
     request.write_text(json.dumps({
