@@ -30,8 +30,8 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
     observations = list(read_observations([app[CONFIG].log.path]))
     state = learn_to_file(observations, store.policy, store.learned_path, created=now.isoformat())
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
-             trusted=sorted(k for k, b in state.beliefs.items() if b.trusted),
-             path=str(store.learned_path))
+             mtp_outcomes=state.evidence.n_mtp, plain_outcomes=state.evidence.plain_ms.n,
+             through=state.evidence.through, path=str(store.learned_path))
     return state
 
 

@@ -87,7 +87,6 @@ def test_cost_fit_recovers_the_step_costs() -> None:
 def test_few_samples_are_not_trusted(n: int, trusted: bool) -> None:
     state = learn(synthetic.observations(GB10, n, seed=4), min_samples=30)
     assert state.beliefs["agent/*"].trusted is trusted
-    assert ("agent/en" in state.thresholds()) is trusted
 
 
 def test_threshold_falls_where_speedup_crosses_one_inside_a_class() -> None:
@@ -108,21 +107,6 @@ def test_threshold_falls_where_speedup_crosses_one_inside_a_class() -> None:
 
 def _fields(o: Observation) -> dict[str, object]:
     return {name: getattr(o, name) for name in Observation.__dataclass_fields__}
-
-
-@pytest.mark.parametrize(
-    ("mtp_queue", "plain_queue", "expected"),
-    [(0, 0, 0.0), (1, 0, NEVER), (0, 1, 0.0), (0, 3, 0.0)],
-)
-def test_queueing_moves_the_threshold(mtp_queue: int, plain_queue: int, expected: float) -> None:
-    state = learn(synthetic.observations(GB10, 2000, seed=6))
-    assert state.beliefs["agent/en"].threshold_at(mtp_queue, plain_queue) == expected
-
-
-def test_prose_goes_to_mtp_when_plain_is_busy() -> None:
-    state = learn(synthetic.observations(GB10, 2000, seed=6))
-    assert state.beliefs["prose/en"].threshold == NEVER
-    assert state.beliefs["prose/en"].threshold_at(0, 1) == 0.0
 
 
 @pytest.mark.parametrize(
