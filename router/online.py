@@ -63,7 +63,12 @@ class OnlineModel:
         self._model = self._build(snapshot)
 
     def _rebase(self, snapshot: Snapshot) -> None:
-        """A new snapshot: keep only the records its learned file does not cover."""
+        """A new snapshot: keep only the records its learned file does not cover (a new policy
+        with the same learned state keeps everything added online: only the prior changes)."""
+        if self._snapshot is not None and snapshot.learned is self._snapshot.learned:
+            self._snapshot = snapshot
+            self._model = self._build(snapshot)
+            return
         through = snapshot.learned.evidence.through
         kept = [o for o in self._pending if not through or o.ts > through]
         self._pending = deque(kept, maxlen=MAX_PENDING)
