@@ -28,10 +28,10 @@ from policies.learned import (
     best_cut,
     predicted_speedup,
 )
-from policies.observation import Observation, observation_from_log
+from policies.observation import Observation
 from policies.schema import Assume
 
-__all__ = ["N_BINS", "Observation", "fit_costs", "learn", "observation_from_log"]
+__all__ = ["N_BINS", "Observation", "fit_costs", "learn"]
 
 N_BINS: Final = 10
 # Pseudo-observations a bin borrows from its class (and a class from all classes).

@@ -12,13 +12,16 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 import structlog
 
+from policies.learn import learn
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
+from policies.observation import Observation
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
@@ -168,6 +171,21 @@ def write_learned(path: str | Path, state: LearnedState) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def learn_to_file(
+    observations: Iterable[Observation], policy: Policy, out: str | Path, *, created: str
+) -> LearnedState:
+    """Learn under `policy` and write the state atomically (the store then hot-reloads it):
+    `specroute learn` and the proxy's background learner (in a worker thread)."""
+    state = learn(
+        observations,
+        min_samples=policy.exploration.min_samples,
+        assume=policy.assume,
+        created=created,
+    )
+    write_learned(out, state)
+    return state
 
 
 def _signature(path: Path) -> Signature | None:

@@ -22,5 +22,5 @@ def tiny_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -
     out = tmp_path_factory.mktemp("artifact") / "tiny.npz"
     options = retrain.TrainOptions(corpus=tiny_corpus, out=out, loso=False, max_iter=200,
                                    settings=HashSettings(dim=1 << 12))
-    retrain.run(options, None, lambda _: None)
+    retrain.run(options, lambda _: None)
     return out
