@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) bench/proxy_overhead.py
+	$(PY) -m bench.proxy_overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache

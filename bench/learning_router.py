@@ -1,4 +1,4 @@
-"""The learning benchmark through the real router: `bench/learning.py gb10 --through-router`.
+"""The learning benchmark through the real router: `python -m bench.learning gb10 --through-router`.
 
 The same mixed workload, first measured directly on both simulated GB10 engines (the oracle's
 table), then sent request by request through `router.app.create_app` (rules classifier,
