@@ -24,12 +24,11 @@ from policies.explain import describe_policy, describe_request, describe_state
 from policies.learned import LearnedState
 from policies.observation import observations
 from policies.schema import Policy
-from policies.store import PolicyStore, learn_to_file, learned_path_for
+from policies.store import DEFAULT_POLICY, PolicyStore, learn_to_file, learned_path_for
 from policies.yamlfile import ConfigError, load_model
 
 Scorer = Callable[[RequestView, Features], Scores]
 Formatter: Final = argparse.ArgumentDefaultsHelpFormatter
-DEFAULT_POLICY: Final = str(Path(__file__).with_name("default.yaml"))
 
 
 def register(

@@ -9,6 +9,7 @@ file in the same directory, then `os.replace`), so a reader never sees half a fi
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import re
 import tempfile
@@ -26,6 +27,8 @@ from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
 LEARNED_SUFFIX: Final = ".learned.json"
+# The policy shipped in the package, wherever it is installed.
+DEFAULT_POLICY: Final = str(importlib.resources.files("policies") / "default.yaml")
 # `path:line: field: message`, as `policies.yamlfile` writes problems.
 _PROBLEM = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?:(?P<field>[^:]+): )?(?P<message>.*)$")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from decisionlog.records import Outcome, RouteRecord, to_json
-from policies.commands import DEFAULT_POLICY, register
+from policies.commands import register
 from policies.learn import Observation
 from policies.learned import NEVER, from_json
-from policies.store import learned_path_for
+from policies.store import DEFAULT_POLICY, learned_path_for
 from tests.policies import synthetic
 
 

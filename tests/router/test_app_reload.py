@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
+from policies.store import DEFAULT_POLICY
 from router.app import reload_once
-from router.config import DEFAULT_POLICY
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
