@@ -36,7 +36,7 @@ DECISIONLOG_READERS_IN_CLASSIFIERS = ["classifiers/training/"]
 # Modules that must stay pure: no network, no files, no clock (ARCHITECTURE.md "pure core").
 PURE = [
     "classifiers/request_view.py", "classifiers/features.py", "classifiers/scores.py",
-    "classifiers/rules.py", "policies/decide.py", "policies/observation.py",
+    "classifiers/rules.py", "classifiers/language.py", "policies/decide.py", "policies/observation.py",
     "decisionlog/records.py", "classifiers/training/outcomes.py", "backends/stats.py",
     "backends/sse.py", "backends/measure.py",
 ]
