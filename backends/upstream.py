@@ -28,6 +28,7 @@ from multidict import CIMultiDict
 
 from backends.jsonedit import drop_member
 from backends.measure import StreamMeter, is_usage_only
+from backends.openai_error import error_body, error_event
 from backends.sse import SSESplitter, event_json
 
 Clock = Callable[[], float]
@@ -234,7 +235,7 @@ async def _relay_events(
             chunk = await upstream.content.readany()
         except _UPSTREAM_ERRORS as exc:
             result.error = f"{result.backend}: stream broke: {_describe(exc)}"
-            await response.write(_error_event(result.error))
+            await response.write(error_event(502, result.error, code="backend_failed"))
             return
     rest = splitter.flush()
     if rest:
@@ -313,22 +314,10 @@ def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
     return b"data: " + _without_meta_info(b"", payload) + b"\n\n"  # multi-line: re-encoded
 
 
-def _error_event(message: str) -> bytes:
-    payload = {"error": {"message": message, "type": "upstream_error", "code": "backend_failed"}}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 def _all_failed(result: ForwardResult) -> web.Response:
     tried = ", ".join(result.failover_from) or "none"
-    body = {
-        "error": {
-            "message": f"No backend could serve the request (tried: {tried}). Last error: {result.error}",
-            "type": "upstream_error",
-            "param": None,
-            "code": "all_backends_failed",
-        }
-    }
-    return web.json_response(body, status=502)
+    message = f"No backend could serve the request (tried: {tried}). Last error: {result.error}"
+    return web.json_response(error_body(502, message, code="all_backends_failed"), status=502)
 
 
 def _describe(exc: BaseException) -> str:

@@ -38,7 +38,7 @@ PURE = [
     "classifiers/request_view.py", "classifiers/features.py", "classifiers/scores.py",
     "classifiers/rules.py", "classifiers/language.py", "policies/decide.py", "policies/observation.py",
     "decisionlog/records.py", "classifiers/training/outcomes.py", "backends/stats.py",
-    "backends/sse.py", "backends/measure.py",
+    "backends/sse.py", "backends/measure.py", "backends/openai_error.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
