@@ -89,21 +89,17 @@ async def forward(
     path: str,
     body: bytes | None,
     *,
+    result: ForwardResult,
     clock: Clock,
-    started_at: float,
     options: ForwardOptions = ForwardOptions(),
     response_headers: HeaderHook | None = None,
-    result: ForwardResult | None = None,
-) -> tuple[web.StreamResponse, ForwardResult]:
+) -> web.StreamResponse:
     """Send `body` to the first target that takes it; relay its answer to `request`'s client.
 
-    `response_headers(result)` adds headers to the client's response once the backend is known.
-    `result`, when given, is filled as the request goes, so that a caller cancelled midway (the
-    client hung up) still knows which backend served what.
+    `result` is the caller's, filled as the request goes, so that a caller cancelled midway
+    (the client hung up) still knows which backend served what. `response_headers(result)`
+    adds headers to the client's response once the backend is known.
     """
-    if result is None:
-        result = ForwardResult(meter=StreamMeter(started_at=started_at,
-                                                 text_cap=options.keep_text_chars))
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
         if result.sent_at is None:
@@ -127,12 +123,12 @@ async def forward(
                 upstream.release()
             else:
                 upstream.close()
-        return response, result
+        return response
     result.status = 502
     response = _all_failed(result)
     if response_headers is not None:
         response.headers.update(response_headers(result))
-    return response, result
+    return response
 
 
 async def _open(

@@ -85,12 +85,11 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
                                              text_cap=options.keep_text_chars))
     pool.begin(primary)
     try:
-        response, _ = await forward(
+        return await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
-            clock=deps.clock, started_at=started, options=options,
-            response_headers=lambda r: _route_headers(plan, r, started), result=result,
+            result=result, clock=deps.clock, options=options,
+            response_headers=lambda r: _route_headers(plan, r, started),
         )
-        return response
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
         raise
@@ -194,9 +193,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     default = config.default_backend_name
     healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
     body = await request.read() if request.can_read_body else None
-    response, result = await forward(
+    result = ForwardResult(meter=StreamMeter(started_at=started))
+    response = await forward(
         request, app[state.SESSION], pool.targets([default, *healthy]), request.path_qs.split("?")[0],
-        body, clock=deps.clock, started_at=started,
+        body, result=result, clock=deps.clock,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
     )
