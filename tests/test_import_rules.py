@@ -39,6 +39,7 @@ PURE = [
     "classifiers/rules.py", "classifiers/language.py", "policies/decide.py", "policies/observation.py",
     "decisionlog/records.py", "classifiers/training/outcomes.py", "backends/stats.py",
     "backends/sse.py", "backends/measure.py", "backends/openai_error.py",
+    "backends/client_view.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
