@@ -63,7 +63,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         policy=snapshot.policy,
         learned=snapshot.learned,
         scorer=app[state.SCORER].current,
-        count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
+        count_tokens=app[state.TOKENS],
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),

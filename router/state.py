@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -51,9 +52,10 @@ SCORER = web.AppKey("scorer", ScorerHolder)
 POLICY = web.AppKey("policy", PolicyStore)
 SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
-TOKENS = web.AppKey("count_tokens", object)
+TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
-TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled
+# work that must finish even if its request is cancelled
+TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")
