@@ -20,7 +20,15 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
-from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
+from router.routing import (
+    CONTENT_CAP,
+    Incoming,
+    RoutedRequest,
+    RoutingInputs,
+    plan_request,
+    record_for,
+    upstream_body,
+)
 
 ROUTED = {
     "/v1/chat/completions": "chat",
@@ -54,12 +62,12 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     started = deps.clock()
     raw = await request.read()
     snapshot = app[state.POLICY].snapshot
-    plan = plan_request(
-        endpoint,
-        raw,
-        request_id=deps.new_request_id(),
+    incoming = Incoming(
+        endpoint, raw, request_id=deps.new_request_id(),
         header_route=request.headers.get("x-specroute-route"),
         conversation_hint=request.headers.get("x-specroute-conversation"),
+    )
+    plan = plan_request(incoming, RoutingInputs(
         policy=snapshot.policy,
         learned=snapshot.learned,
         scorer=app[state.SCORER].current,
@@ -67,7 +75,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
-    )
+    ))
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
