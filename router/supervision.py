@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from backends.capability import capability_probe
-from backends.supervisor import Supervisor
+from backends.supervisor import Supervisor, SupervisorSettings
 from router.state import CONFIG, METRICS, POOL, SESSION, SUPERVISOR
 
 log = structlog.get_logger("specroute")
@@ -33,9 +33,9 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
         (log.info if healthy else log.warning)(event, backend=name, profile=profile, reason=why)
 
     supervisor = Supervisor(
-        config.backends, settings.log_dir, session=app[SESSION],
-        health_interval_s=settings.health_interval_s,
-        failures_to_restart=settings.restart_after_failed_probes, on_change=on_change,
+        config.backends, settings.log_dir, session=app[SESSION], on_change=on_change,
+        settings=SupervisorSettings(health_interval_s=settings.health_interval_s,
+                                    failures_to_restart=settings.restart_after_failed_probes),
     )
     app[SUPERVISOR] = supervisor
     await supervisor.start()  # raises BackendStartError with the backend's last log lines
