@@ -246,4 +246,3 @@ def timeline(
         )
         for index, members in sorted(buckets.items())
     ]
-
