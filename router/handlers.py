@@ -45,7 +45,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
 
 
@@ -210,14 +209,6 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     )
     for name in result.failover_from:
         pool.mark_failed(name, deps.clock(), result.error)
-    return response
-
-
-async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition of this app's registry."""
-    body, content_type = request.app[state.METRICS].render()
-    response = web.Response(body=body)
-    response.headers["Content-Type"] = content_type
     return response
 
 

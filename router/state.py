@@ -19,8 +19,6 @@ from classifiers.features import TokenCounter
 from decisionlog.records import RouteRecord
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
-from router.addons.dashboard import RecentRecords
-from router.addons.metrics import Metrics
 from router.config import Config
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
@@ -54,8 +52,6 @@ SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
-METRICS = web.AppKey("metrics", Metrics)
-RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

@@ -26,6 +26,8 @@ ALLOWED = {
 APART = [
     # the operator's tools: only the CLI starts them
     ("router.ops", ["router/ops/", "router/cli.py"]),
+    # add-ons (metrics, dashboard): installed by the app, never called by the request path
+    ("router.addons", ["router/addons/", "router/app.py"]),
     # training and the corpus builder (scikit-learn, downloads): never on the request path
     ("classifiers.training", ["classifiers/training/", "classifiers/commands.py"]),
     # building llama.cpp and the simulated engine: not the engine adapters
