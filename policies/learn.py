@@ -3,7 +3,7 @@
 Pure: observations in, a `LearnedState` out; no I/O, no clock, no globals.
 
 Where the `mtp` instance reports draft statistics, the learner fits the depth-1 cost model
-(DESIGN.md): the machine's step costs (plain step, gate-skipped cycle, verified cycle) once,
+(ARCHITECTURE.md): the machine's step costs (plain step, gate-skipped cycle, verified cycle) once,
 across all classes, by least squares on each request's decode time; the workload's acceptance
 and share of speculated cycles per class, language and `p_spec` bin. Where it reports none
 (upstream ds4), it uses the measured tokens/s of each instance directly. Bin estimates are
