@@ -10,7 +10,7 @@ from backends.sse import SSESplitter, event_json
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(400, "invalid_request_error"), (404, "not_found_error"), (413, "invalid_request_error"),
+    [(400, "invalid_request_error"), (403, "permission_error"), (404, "not_found_error"), (413, "invalid_request_error"),
      (422, "invalid_request_error"), (500, "server_error"), (502, "upstream_error"),
      (503, "service_unavailable")],
 )
