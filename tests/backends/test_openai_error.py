@@ -10,9 +10,9 @@ from backends.sse import SSESplitter, event_json
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(400, "invalid_request_error"), (403, "permission_error"), (404, "not_found_error"), (413, "invalid_request_error"),
-     (422, "invalid_request_error"), (500, "server_error"), (502, "upstream_error"),
-     (503, "service_unavailable")],
+    [(400, "invalid_request_error"), (403, "permission_error"), (404, "not_found_error"),
+     (413, "invalid_request_error"), (422, "invalid_request_error"), (500, "server_error"),
+     (502, "upstream_error"), (503, "service_unavailable")],
 )
 def test_the_type_follows_the_status(status: int, kind: str) -> None:
     body = error_body(status, "why", param="messages", code="bad")
