@@ -1,6 +1,6 @@
 """Does specroute beat a static flag and a plain load balancer? Measured on the GB10 simulator.
 
-    .venv/bin/python bench/learning.py [--requests 300] [--long 3000] [--mixes ...] [--seed 7]
+    .venv/bin/python -m bench.learning [--requests 300] [--long 3000] [--mixes ...] [--seed 7]
 
 Two instances paced by the simulated ds4 engine (`backends/local/simulator.py`: the depth-1 cost
 model with the GB10's steps, per-class acceptance giving the published speedups, one request
@@ -40,8 +40,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import NormalDist
 from typing import Final
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backends.local.simulator import CostModel, SimState, decode_plan, prompt_tokens_of
 from backends.spec import BackendSpec

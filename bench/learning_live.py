@@ -1,6 +1,6 @@
 """The learning benchmark over HTTP, in real time: the real proxy against nginx `least_conn`.
 
-    .venv/bin/python bench/learning_live.py [--requests 120] [--clients 1 2] [--time-scale 0.1]
+    .venv/bin/python -m bench.learning_live [--requests 120] [--clients 1 2] [--time-scale 0.1]
 
 Two simulated GB10 engines (serial, greedy-only speculation, paced at `--time-scale` of real
 time), and in front of them, in turn on the same request sequence: specroute (the shipped
@@ -24,8 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backends.local.simulator import create_sim_app
 from backends.spec import BackendSpec

@@ -1,9 +1,7 @@
 """The policy commands of the `specroute` CLI: `policy check`, `policy explain`, `learn`.
 
 The edge around the pure core: reads files, prints, reads the clock (to stamp learned state).
-`router.cli` calls `register(subparsers, read_observations=...)`; the reader of the decision
-log is injected because the log's schema lives in `router` (a plain JSON-lines reader is the
-default, for logs that are not rotated).
+`learn` reads the decision log through `decisionlog.readers`, rotated files included.
 """
 
 from __future__ import annotations
@@ -11,39 +9,35 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from classifiers import rules
 from classifiers.features import Features, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
+from decisionlog.readers import read_records
 from policies.decide import BackendState, RequestContext, decide
 from policies.explain import describe_model, describe_policy, describe_request, describe_state
-from policies.learn import Observation, learn, observation_from_log
-from policies.learned import LearnedState
+from policies.observation import observations
 from policies.routemodel import RouteModel
 from policies.schema import Policy
-from policies.store import PolicyStore, learned_path_for, load_prior, write_learned
+from policies.store import DEFAULT_POLICY, PolicyStore, learn_to_file, learned_path_for, load_prior
 from policies.yamlfile import ConfigError, load_model
 
-ObservationReader = Callable[[list[str]], Iterable[Observation]]
 Scorer = Callable[[RequestView, Features], Scores]
 Formatter: Final = argparse.ArgumentDefaultsHelpFormatter
-DEFAULT_POLICY: Final = str(Path(__file__).with_name("default.yaml"))
 
 
 def register(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     *,
-    read_observations: ObservationReader | None = None,
     score: Scorer | None = None,
 ) -> None:
     """Add `policy check`, `policy explain` and `learn` to the CLI. `score` classifies a
     request for `policy explain --request` (default: the rule-based scorer)."""
-    reader = read_observations or read_jsonl_observations
     scorer = score or rules.score
     policy = subparsers.add_parser(
         "policy", help="check and explain routing policies", formatter_class=Formatter
@@ -82,7 +76,7 @@ def register(
     learn_parser.add_argument(
         "--out", default=None, help="learned state to write (default: next to the policy)"
     )
-    learn_parser.set_defaults(func=lambda args: learn_command(args, reader))
+    learn_parser.set_defaults(func=learn_command)
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -132,22 +126,22 @@ def _explain_request(
     return describe_request(features, scores, decision)
 
 
-def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
+def learn_command(args: argparse.Namespace) -> int:
     try:
         policy = load_model(args.policy, Policy)
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     try:
-        observations = list(reader(list(args.logs)))
+        learned_from = list(observations(read_records(args.logs)))
     except OSError as exc:
         print(f"specroute learn: cannot read the log: {exc}", file=sys.stderr)
         return 1
-    if not observations:
+    if not learned_from:
         print("specroute learn: no usable records in the log(s); nothing written", file=sys.stderr)
         return 1
     out = Path(args.out) if args.out else learned_path_for(args.policy)
-    state = learn_to_file(observations, policy, out, created=datetime.now(UTC).isoformat())
+    state = learn_to_file(learned_from, policy, out, created=datetime.now(UTC).isoformat())
     try:
         model = RouteModel(load_prior(policy, args.policy), state.evidence)
     except ConfigError as exc:
@@ -155,38 +149,3 @@ def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
         return 1
     print("\n".join(describe_model(model) + [""] + describe_state(state, policy, str(out))))
     return 0
-
-
-def learn_to_file(
-    observations: Iterable[Observation], policy: Policy, out: str | Path, *, created: str
-) -> LearnedState:
-    """Learn under `policy` and write the state atomically (the store then hot-reloads it).
-    The router's background task calls this too (in an executor: it writes a file)."""
-    state = learn(
-        observations,
-        min_samples=policy.exploration.min_samples,
-        assume=policy.assume,
-        created=created,
-    )
-    write_learned(out, state)
-    return state
-
-
-def read_jsonl_observations(paths: list[str]) -> Iterator[Observation]:
-    """Observations from plain JSON-lines decision logs; lines that are not records are
-    skipped."""
-    for path in paths:
-        with open(path, encoding="utf-8") as lines:
-            for line in lines:
-                data = _json_object(line)
-                observation = observation_from_log(data) if data is not None else None
-                if observation is not None:
-                    yield observation
-
-
-def _json_object(line: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None

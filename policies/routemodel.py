@@ -190,4 +190,3 @@ class RouteModel:
         k = COMPLETION_PRIOR_WEIGHT
         mean = (data.total + k * self.prior.completion_tokens) / (data.n + k)
         return float(min(mean, max_tokens)) if max_tokens > 0 else mean
-

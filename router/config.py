@@ -11,10 +11,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.spec import BackendSpec
+from policies.store import DEFAULT_POLICY
 from policies.yamlfile import ConfigError, load_model
 
 SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
-DEFAULT_POLICY = str(Path(__file__).resolve().parent.parent / "policies" / "default.yaml")
 
 
 class _Strict(BaseModel):

@@ -16,9 +16,11 @@ from datetime import datetime
 import structlog
 from aiohttp import web
 
-from decisionlog.readers import read_observations
-from policies.commands import learn_to_file
+from decisionlog.readers import iter_log_records
+from decisionlog.records import ReadStats
 from policies.learned import LearnedState
+from policies.observation import observations
+from policies.store import learn_to_file
 from router.state import CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
@@ -27,10 +29,13 @@ log = structlog.get_logger("specroute")
 def learn_now(app: web.Application, now: datetime) -> LearnedState:
     """Learn from the decision log under the policy in force; write the state atomically."""
     store = app[POLICY]
-    observations = list(read_observations([app[CONFIG].log.path]))
-    state = learn_to_file(observations, store.policy, store.learned_path, created=now.isoformat())
+    read = ReadStats()
+    records = iter_log_records([app[CONFIG].log.path], read)
+    state = learn_to_file(observations(records), store.policy, store.learned_path,
+                          created=now.isoformat())
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
-             mtp_outcomes=state.evidence.n_mtp, plain_outcomes=state.evidence.plain_ms.n,
+             log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
+             plain_outcomes=state.evidence.plain_ms.n,
              through=state.evidence.through, path=str(store.learned_path))
     return state
 

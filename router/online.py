@@ -10,14 +10,13 @@ from the online part (they are counted once). A record sink; no I/O.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict
 from typing import Any, Final
 
 import numpy as np
 
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
-from policies.observation import Observation, observation_from_log
+from policies.observation import Observation, observation_from_record
 from policies.routemodel import RouteEvidence, RouteModel, observe
 from policies.speedup import INPUTS, class_inputs
 from policies.store import PolicyStore, Snapshot
@@ -51,7 +50,7 @@ class OnlineModel:
         return len(self._pending)
 
     def write_record(self, record: RouteRecord) -> None:
-        observation = observation_from_log(asdict(record))
+        observation = observation_from_record(record)
         if observation is None:
             return
         self._pending.append(observation)

@@ -45,51 +45,67 @@ class RoutedRequest:
     conversation: str
 
 
-def plan_request(
-    endpoint: str,
-    raw: bytes,
-    *,
-    request_id: str,
-    header_route: str | None,
-    conversation_hint: str | None,
-    policy: Policy,
-    model: RouteModel,
-    scorer: Scorer,
-    count_tokens: TokenCounter | None,
-    backends: list[BackendState],
-    draw: float | None,
-    held_for: Callable[[str], Held | None],
-) -> RoutedRequest:
-    """Parse, classify and decide; raises `RequestError` (4xx) on bad input.
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One request as it arrived: its endpoint, its bytes and the headers routing reads."""
+
+    endpoint: str
+    raw: bytes
+    request_id: str
+    header_route: str | None = None  # x-specroute-route
+    conversation_hint: str | None = None  # x-specroute-conversation
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingInputs:
+    """What a request is decided with, as it is at that moment.
 
     `draw` is a uniform random number for Thompson sampling (None: the posterior median, no
     exploration); `held_for(key)` says where a conversation's prefix lives.
     """
-    body = _parse_json(raw)
+
+    policy: Policy
+    model: RouteModel  # the machine prior with what the log taught, online updates included
+    scorer: Scorer
+    count_tokens: TokenCounter | None
+    backends: list[BackendState]
+    draw: float | None
+    held_for: Callable[[str], Held | None]
+
+
+def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
+    """Parse, classify and decide; raises `RequestError` (4xx) on bad input."""
+    body = _parse_json(incoming.raw)
     try:
-        view = view_request(endpoint, body)
+        view = view_request(incoming.endpoint, body)
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
-    route = (header_route or "").strip().lower()
-    if route and route not in HEADER_ROUTES:
-        raise RequestError(
-            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header_route!r}",
-            param="x-specroute-route", code="invalid_route_header",
-        )
-    features = extract(view, count_tokens)
-    scored = score_safely(scorer, view, features)
-    context = RequestContext(header_route=route or None, model=view.model)
-    conversation = conversation_key(view, conversation_hint)
+    route = _header_route(incoming.header_route)
+    features = extract(view, inputs.count_tokens)
+    scored = score_safely(inputs.scorer, view, features)
+    context = RequestContext(header_route=route, model=view.model)
+    conversation = conversation_key(view, incoming.conversation_hint)
     decision = decide(
-        policy, features, scored.scores, backends, context,
-        model=model, z=normal_draw(draw), held=held_for(conversation),
+        inputs.policy, features, scored.scores, inputs.backends, context,
+        model=inputs.model, z=normal_draw(inputs.draw), held=inputs.held_for(conversation),
     )
     return RoutedRequest(
-        request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
-        scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
-        decision=decision, order=tuple(failover_order(decision, backends)),
-        conversation=conversation,
+        request_id=incoming.request_id, endpoint=incoming.endpoint, body=body, view=view,
+        features=features, scores=scored.scores, scorer_name=inputs.scorer.name,
+        scorer_error=scored.error, decision=decision,
+        order=tuple(failover_order(decision, inputs.backends)), conversation=conversation,
     )
+
+
+def _header_route(header: str | None) -> str | None:
+    """The route the client asked for in `x-specroute-route` (None: the policy decides)."""
+    route = (header or "").strip().lower()
+    if route and route not in HEADER_ROUTES:
+        raise RequestError(
+            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header!r}",
+            param="x-specroute-route", code="invalid_route_header",
+        )
+    return route or None
 
 
 def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path: str) -> tuple[bytes, Tweaked]:

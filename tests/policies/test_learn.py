@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from policies.learn import Observation, fit_costs, learn, observation_from_log
+from decisionlog.records import parse_line
+from policies.learn import Observation, fit_costs, learn
 from policies.learned import NEVER, acceptance_for_speedup, predicted_speedup
+from policies.observation import observation_from_record
 from policies.schema import Assume
 from policies.speedup import INPUTS
 from tests.policies import synthetic
@@ -156,12 +158,20 @@ def _record(**outcome: object) -> dict[str, object]:
     }
 
 
+def observation_from_log(data: dict[str, object]) -> Observation | None:
+    """The observation of one log line holding `data`, through the decision log's own parser."""
+    line = {"ts": "2026-11-30T00:00:00.000Z", "request_id": "r", "endpoint": "chat", **data}
+    record = parse_line(json.dumps(line))
+    assert record is not None
+    return observation_from_record(record)
+
+
 def test_observation_from_log_reads_a_record() -> None:
     obs = observation_from_log(_record())
     assert obs is not None and obs.inputs is not None
     assert obs == Observation(
         "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None,
-        inputs=obs.inputs,
+        inputs=obs.inputs, ts="2026-11-30T00:00:00.000Z",
     )
     assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
 

@@ -3,7 +3,7 @@ updated record by record, without counting a record twice once a learned file co
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -12,7 +12,7 @@ import numpy as np
 from backends.local.simulator import SimState
 from decisionlog.records import Outcome, RouteRecord
 from policies.learned import EMPTY_STATE
-from policies.observation import observation_from_log, request_inputs
+from policies.observation import observation_from_record, request_inputs
 from policies.routemodel import gather
 from policies.speedup import Vector
 from policies.store import PolicyStore, learned_path_for, write_learned
@@ -70,7 +70,7 @@ def test_records_since_the_learned_file_are_counted_once(tmp_path: Path) -> None
     slow = online.model.speedup(_code_inputs(), True)
     assert slow.speedup < 0.9  # 10 tok/s on mtp against 14.7 on plain: the outcomes count
 
-    learned = [observation_from_log(asdict(r)) for r in records[:6]]
+    learned = [observation_from_record(r) for r in records[:6]]
     state = replace(EMPTY_STATE, evidence=gather([o for o in learned if o], store.policy.assume))
     write_learned(learned_path_for(policy), state)
     assert store.reload_if_changed(now=1.0)

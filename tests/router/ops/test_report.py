@@ -9,7 +9,13 @@ import pytest
 
 from decisionlog.writer import DecisionLog
 from router.ops.commands import register
-from router.ops.projection import PRESETS, ProjectionError, StepCosts, break_even_acceptance, project
+from router.ops.projection import (
+    PRESETS,
+    ProjectionError,
+    StepCosts,
+    break_even_acceptance,
+    project,
+)
 from router.ops.report import PROJECTION_BANNER, load_costs, run_report
 from tests.decisionlog.examples import make_record
 
