@@ -1,6 +1,6 @@
 """Where each conversation's KV prefix lives.
 
-A pure function (the conversation key) and one small bounded table whose methods take `now`
+Pure: a function (the conversation key) and one small bounded table whose methods take `now`
 (no clock read here). The finish rule (policies.finish) counts only the uncached part of the
 prompt as prefill on the instance that holds the conversation's prefix: moving a conversation
 re-prefills the whole prompt elsewhere, which it weighs against the queue and the speedup.

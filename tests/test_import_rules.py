@@ -41,7 +41,8 @@ PURE = [
     "classifiers/rules.py", "classifiers/language.py", "policies/decide.py", "policies/observation.py",
     "decisionlog/records.py", "classifiers/training/outcomes.py", "backends/stats.py",
     "backends/sse.py", "backends/measure.py", "backends/openai_error.py",
-    "backends/client_view.py",
+    "backends/client_view.py", "policies/finish.py", "policies/speedup.py",
+    "policies/routemodel.py", "policies/machine.py", "policies/sessions.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
