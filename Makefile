@@ -26,7 +26,7 @@ test: $(STAMP) local-backend
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check router classifiers backends policies
+	$(VENV)/bin/ruff check router decisionlog classifiers backends policies
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from classifiers.outcomes import LogReader
 from classifiers.request_view import InvalidRequest
+from classifiers.training.outcomes import LogReader
 
 _FMT = argparse.ArgumentDefaultsHelpFormatter
 
 
 def _default_corpus() -> Path:
-    from classifiers.data.build import default_corpus_path
+    from classifiers.training.data.build import default_corpus_path
 
     return default_corpus_path()
 
@@ -75,8 +75,8 @@ def register(subparsers: Any, *, read_log_outcomes: LogReader | None) -> None:
 
 
 def _data_build(args: argparse.Namespace) -> int:
-    from classifiers.data.build import collect, write_corpus
-    from classifiers.data.fetch import FetchError
+    from classifiers.training.data.build import collect, write_corpus
+    from classifiers.training.data.fetch import FetchError
 
     try:
         rows = collect(log=_err, pkg_dir=args.pkg_dir)
@@ -91,8 +91,8 @@ def _data_build(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, reader: LogReader | None) -> int:
-    from classifiers import retrain
     from classifiers.ngrams import HashSettings
+    from classifiers.training import retrain
 
     if not args.corpus.exists():
         _err(f"{args.corpus} does not exist: building it first")
@@ -120,7 +120,7 @@ def _classify(args: argparse.Namespace) -> int:
     from classifiers.features import extract
     from classifiers.model import load_artifact
     from classifiers.request_view import view_request
-    from classifiers.retrain import token_counter
+    from classifiers.training.retrain import token_counter
 
     try:
         scorer = None if args.rules else load_artifact(args.artifact)

@@ -17,17 +17,17 @@ import structlog
 from aiohttp import web
 
 from classifiers.features import TokenCounter
+from decisionlog.records import RouteRecord
+from decisionlog.writer import DecisionLog
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router import handlers
+from router.addons.dashboard import RecentRecords, add_dashboard_routes
+from router.addons.metrics import Metrics
 from router.config import Config
-from router.dashboard import RecentRecords, add_dashboard_routes
 from router.errors import openai_errors
 from router.learning import background_learner
-from router.logfile import DecisionLog
-from router.metrics import Metrics
 from router.pool import BackendPool
-from router.records import RouteRecord
 from router.scoring import ScorerHolder
 from router.state import (
     CONFIG,

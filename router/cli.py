@@ -70,9 +70,9 @@ def _registrars() -> list[Callable[[Subparsers], None]]:
     they need injected (the decision-log schema lives in `router`)."""
     from backends import commands as backend_commands
     from classifiers import commands as classifier_commands
+    from decisionlog.readers import read_log_outcomes, read_observations
     from policies import commands as policy_commands
-    from router import ops_commands
-    from router.logreaders import read_log_outcomes, read_observations
+    from router.ops import commands as ops_commands
 
     return [
         lambda sub: backend_commands.register(sub, load_config=lambda p: load_config(p).backends),
@@ -101,7 +101,7 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from router.demo import run_demo
+    from router.ops.demo import run_demo
 
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
                     min_samples=args.min_samples, out=args.out)

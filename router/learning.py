@@ -15,9 +15,9 @@ from datetime import datetime
 import structlog
 from aiohttp import web
 
+from decisionlog.readers import read_observations
 from policies.commands import learn_to_file
 from policies.learned import LearnedState
-from router.logreaders import read_observations
 from router.state import CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")

@@ -17,12 +17,12 @@ from backends.upstream import ForwardResult
 from classifiers.features import Features, TokenCounter, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
+from decisionlog.records import Outcome, RouteRecord
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
 from policies.learned import LearnedState
 from policies.schema import Policy
 from policies.sessions import Held, conversation_key
 from router.errors import RequestError
-from router.records import Outcome, RouteRecord
 from router.scoring import Scorer, score_safely
 
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")

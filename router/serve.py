@@ -12,9 +12,9 @@ from aiohttp import web
 
 from backends.capability import CapabilityError
 from backends.supervisor import BackendStartError
+from decisionlog.writer import LogFileError
 from router.app import create_app
 from router.config import Config, ConfigError
-from router.logfile import LogFileError
 from router.state import Deps
 
 

@@ -15,13 +15,13 @@ from aiohttp import web
 
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
+from decisionlog.records import RouteRecord
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
+from router.addons.dashboard import RecentRecords
+from router.addons.metrics import Metrics
 from router.config import Config
-from router.dashboard import RecentRecords
-from router.metrics import Metrics
 from router.pool import BackendPool
-from router.records import RouteRecord
 from router.scoring import Scorer, ScorerHolder
 
 

@@ -16,7 +16,7 @@ def tiny_corpus() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
-    from classifiers import retrain
+    from classifiers.training import retrain
     from classifiers.ngrams import HashSettings
 
     out = tmp_path_factory.mktemp("artifact") / "tiny.npz"

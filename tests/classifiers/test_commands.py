@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from classifiers.commands import register
-from classifiers.outcomes import LoggedOutcome
+from classifiers.training.outcomes import LoggedOutcome
 
 
 def _parser(reader: object = None) -> argparse.ArgumentParser:

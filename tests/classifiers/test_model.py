@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from classifiers import artifact, train
+from classifiers import artifact
+from classifiers.training import train
 from classifiers.artifact import ArtifactError
-from classifiers.data.build import read_corpus
+from classifiers.training.data.build import read_corpus
 from classifiers.features import extract
 from classifiers.model import DEFAULT_ARTIFACT, load_artifact
 from classifiers.request_view import view_request

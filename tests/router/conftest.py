@@ -18,7 +18,7 @@ from backends.spec import BackendSpec
 from router.app import create_app
 from router.state import Deps
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.records import RouteRecord
+from decisionlog.records import RouteRecord
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from router.records import to_json
+from decisionlog.records import to_json
 from tests.router.conftest import ServerFactory, start_stack
 
 PROMPT = "Explain how a B-tree keeps itself balanced."

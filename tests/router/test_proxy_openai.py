@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import openai
 
-from router.records import parse_line, to_json
+from decisionlog.records import parse_line, to_json
 from tests.router.conftest import Stack
 
 GREEDY_TECH = {

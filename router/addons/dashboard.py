@@ -1,0 +1,205 @@
+"""`GET /dashboard`: a live page on the router with plots of the recent decisions (plotly.js,
+served from the `plotly` Python package: nothing comes from a CDN, the page works offline).
+
+The page polls `GET /dashboard/data.json` every few seconds. The numbers come from
+`decisionlog.summary` (the same aggregates `tail` and `report` print); this module only shapes them for
+the page and serves the files. Loopback clients only, unless `allow_remote` is set: the page shows
+traffic metadata the operator may not want to expose.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+from decisionlog.records import RouteRecord
+from decisionlog.summary import (
+    GroupSummary,
+    parse_ts,
+    record_backend,
+    record_class,
+    record_lang,
+    record_profile,
+    record_reason,
+    record_tps,
+    summarize,
+    timeline,
+    total,
+)
+
+STATIC_DIR: Final = Path(__file__).with_name("static")
+_NICE_BUCKETS_S: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
+
+RecordsSource = Callable[[], Sequence[RouteRecord]]
+StatusSource = Callable[[], Mapping[str, Any]]
+
+
+class RecentRecords:
+    """The last `maxlen` records, kept by the app for the dashboard (oldest first)."""
+
+    def __init__(self, maxlen: int = 5000) -> None:
+        if maxlen < 1:
+            raise ValueError("RecentRecords needs maxlen >= 1")
+        self._records: deque[RouteRecord] = deque(maxlen=maxlen)
+
+    def add(self, record: RouteRecord) -> None:
+        self._records.append(record)
+
+    def snapshot(self) -> list[RouteRecord]:
+        return list(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+def choose_bucket_s(records: Sequence[RouteRecord], points: int = 40) -> int:
+    """A round bucket width giving about `points` buckets over the records' time span."""
+    times = [t.timestamp() for t in (parse_ts(r.ts) for r in records) if t is not None]
+    span = max(times) - min(times) if times else 0.0
+    wanted = span / max(points, 1)
+    return next((b for b in _NICE_BUCKETS_S if b >= wanted), _NICE_BUCKETS_S[-1])
+
+
+def _group_dict(group: GroupSummary) -> dict[str, Any]:
+    data = asdict(group)
+    data["speedup"] = group.speedup
+    return data
+
+
+def _recent_row(record: RouteRecord) -> dict[str, Any]:
+    return {
+        "ts": record.ts,
+        "class": record_class(record),
+        "lang": record_lang(record),
+        "profile": record_profile(record),
+        "reason": record_reason(record),
+        "explored": bool(record.decision.get("explored")),
+        "backend": record_backend(record),
+        "status": record.outcome.status,
+        "ttft_ms": record.outcome.ttft_ms,
+        "tokens": record.outcome.completion_tokens,
+        "tps": record_tps(record),
+        "acceptance": record.acceptance,
+        "p_spec": record.classifier.get("p_spec"),
+    }
+
+
+def _thresholds(
+    status: Mapping[str, Any], groups: Iterable[GroupSummary]
+) -> dict[str, dict[str, float | None]]:
+    """The learner's thresholds with their uncertainty; else those the records carry."""
+    learned = status.get("thresholds")
+    if isinstance(learned, Mapping) and learned:
+        return {
+            str(key): {"value": _float(v.get("value")), "uncertainty": _float(v.get("uncertainty"))}
+            for key, v in learned.items()
+            if isinstance(v, Mapping)
+        }
+    return {g.key: {"value": g.threshold, "uncertainty": None} for g in groups if g.threshold}
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN or Infinity (an unbounded uncertainty, say): they become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def dashboard_data(
+    records: Sequence[RouteRecord], status: Mapping[str, Any], *, now: datetime, recent_n: int = 50
+) -> dict[str, Any]:
+    """Everything the page plots, as JSON-ready data (non-finite numbers as null)."""
+    groups = summarize(records)
+    bucket_s = choose_bucket_s(records)
+    data: dict[str, Any] = _json_safe({
+        "generated_at": now.isoformat(),
+        "records": len(records),
+        "bucket_s": bucket_s,
+        "classes": [_group_dict(g) for g in groups],
+        "overall": _group_dict(total(groups, records)),
+        "timeline": [
+            {"start": b.start, "groups": {g.key: _group_dict(g) for g in b.groups}}
+            for b in timeline(records, bucket_s)
+        ],
+        "thresholds": _thresholds(status, groups),
+        "backends": list(status.get("backends") or []),
+        "recent": [_recent_row(r) for r in reversed(records[-recent_n:])],
+    })
+    return data
+
+
+def _plotly_js_path() -> Path:
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the dashboard needs the `plotly` package (a dependency of specroute)")
+    path = Path(spec.origin).parent / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise RuntimeError(f"plotly.min.js not found in the plotly package at {path}")
+    return path
+
+
+def _is_loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return remote == "unix"  # aiohttp's test/unix-socket transports have no IP
+
+
+def add_dashboard_routes(
+    app: web.Application,
+    *,
+    records_source: RecordsSource,
+    status_source: StatusSource,
+    allow_remote: bool = False,
+    recent_n: int = 50,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> None:
+    """Serve `/dashboard`, `/dashboard/data.json` and the page's scripts on `app`."""
+    plotly_js = _plotly_js_path()
+
+    def guard(request: web.Request) -> None:
+        if not allow_remote and not _is_loopback(request.remote):
+            raise web.HTTPForbidden(text="the dashboard answers loopback clients only\n")
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        guard(request)
+        return web.FileResponse(STATIC_DIR / "dashboard.html",
+                                headers={"Cache-Control": "no-cache"})
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        guard(request)
+        return web.FileResponse(STATIC_DIR / "dashboard.js", headers={"Cache-Control": "no-cache"})
+
+    async def plotly(request: web.Request) -> web.StreamResponse:
+        guard(request)
+        return web.FileResponse(plotly_js, headers={"Cache-Control": "max-age=86400"})
+
+    async def data(request: web.Request) -> web.Response:
+        guard(request)
+        payload = dashboard_data(records_source(), status_source(), now=clock(),
+                                 recent_n=recent_n)
+        return web.json_response(payload, headers={"Cache-Control": "no-store"})
+
+    app.router.add_get("/dashboard", page)
+    app.router.add_get("/dashboard/data.json", data)
+    app.router.add_get("/dashboard/dashboard.js", script)
+    app.router.add_get("/dashboard/plotly.min.js", plotly)

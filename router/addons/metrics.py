@@ -1,0 +1,128 @@
+"""Prometheus metrics of one router app (`GET /metrics`), in a registry the app owns (no
+process-wide globals, so two apps in one process, as in tests, never share counts).
+
+Durations are exported in seconds (Prometheus base units); the record's `overhead_ms` and
+`ttft_ms` are converted. Acceptance is exported two ways: a per-request histogram, and counters of
+drafted and accepted tokens whose rate ratio is the pooled acceptance Grafana plots.
+Labels are positional in the calls below because one of them is named `class`.
+Label values are bounded sets (classes, languages, profiles, configured backends, policy reason
+codes, HTTP statuses); free text (error messages) never becomes a label.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from decisionlog.records import RouteRecord
+from decisionlog.summary import (
+    record_backend,
+    record_class,
+    record_lang,
+    record_profile,
+    record_reason,
+    record_tps,
+)
+
+_OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
+_TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+_TPS_BUCKETS: Final = (1, 2, 5, 8, 10, 12, 14, 16, 18, 20, 25, 30, 40, 60, 100, 200, 500)
+_ACCEPTANCE_BUCKETS: Final = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
+
+
+class Metrics:
+    """Every series the router exports; `observe` is called once per logged request."""
+
+    def __init__(self, namespace: str = "specroute") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        ns, reg = namespace, self.registry
+        self.requests = Counter(
+            "requests", "Requests by class, language, served profile, backend, reason, status",
+            ["class", "lang", "profile", "backend", "reason", "status"], namespace=ns, registry=reg)
+        self.explored = Counter(
+            "explored_requests", "Requests routed against the policy to explore, by class",
+            ["class"], namespace=ns, registry=reg)
+        self.overhead = Histogram(
+            "proxy_overhead_seconds", "Time the proxy itself added to a request",
+            namespace=ns, registry=reg, buckets=_OVERHEAD_BUCKETS)
+        self.ttft = Histogram(
+            "ttft_seconds", "Time to first token, by served profile and class",
+            ["profile", "class"], namespace=ns, registry=reg, buckets=_TTFT_BUCKETS)
+        self.decode_tps = Histogram(
+            "decode_tokens_per_second", "Decode tokens/s per request, by served profile and class",
+            ["profile", "class"], namespace=ns, registry=reg, buckets=_TPS_BUCKETS)
+        self.completion_tokens = Counter(
+            "completion_tokens", "Completion tokens, by served profile and class",
+            ["profile", "class"], namespace=ns, registry=reg)
+        self.acceptance = Histogram(
+            "acceptance_ratio", "Per-request draft acceptance on mtp, by class",
+            ["class"], namespace=ns, registry=reg, buckets=_ACCEPTANCE_BUCKETS)
+        self.draft_tokens = Counter(
+            "draft_tokens", "Drafted tokens verified on mtp, by class",
+            ["class"], namespace=ns, registry=reg)
+        self.draft_accepted = Counter(
+            "draft_accepted_tokens", "Drafted tokens accepted on mtp, by class",
+            ["class"], namespace=ns, registry=reg)
+        self.backend_healthy = Gauge(
+            "backend_healthy", "1 when the backend passes its health probe, else 0",
+            ["backend", "profile"], namespace=ns, registry=reg)
+        self.backend_restarts = Counter(
+            "backend_restarts", "Restarts of supervised backends",
+            ["backend"], namespace=ns, registry=reg)
+        self.failovers = Counter(
+            "failovers", "Requests moved to another backend before the first byte",
+            ["from_backend", "to_backend"], namespace=ns, registry=reg)
+        self.policy_reloads = Counter(
+            "policy_reloads", "Policy and learned-threshold reloads, by result (ok, failed)",
+            ["result"], namespace=ns, registry=reg)
+        self.threshold = Gauge(
+            "learned_threshold", "Learned p_spec threshold by class/lang key",
+            ["key"], namespace=ns, registry=reg)
+        for result in ("ok", "failed"):
+            self.policy_reloads.labels(result=result)  # both series exist from the start
+
+    def observe(self, record: RouteRecord) -> None:
+        cls, profile = record_class(record), record_profile(record)
+        outcome = record.outcome
+        self.requests.labels(
+            cls, record_lang(record), profile, record_backend(record), record_reason(record),
+            str(outcome.status or "none"),
+        ).inc()
+        if record.decision.get("explored"):
+            self.explored.labels(cls).inc()
+        self.overhead.observe(max(record.overhead_ms, 0.0) / 1000.0)
+        if outcome.ttft_ms is not None:
+            self.ttft.labels(profile, cls).observe(outcome.ttft_ms / 1000.0)
+        tps = record_tps(record)
+        if tps is not None:
+            self.decode_tps.labels(profile, cls).observe(tps)
+        if outcome.completion_tokens:
+            self.completion_tokens.labels(profile, cls).inc(outcome.completion_tokens)
+        acceptance = record.acceptance
+        if acceptance is not None:
+            self.acceptance.labels(cls).observe(acceptance)
+            self.draft_tokens.labels(cls).inc(outcome.draft_n or 0)
+            self.draft_accepted.labels(cls).inc(outcome.draft_accepted or 0)
+        for source in outcome.failover_from:
+            self.inc_failover(source, record_backend(record))
+
+    def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
+        self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)
+
+    def inc_backend_restart(self, name: str) -> None:
+        self.backend_restarts.labels(backend=name).inc()
+
+    def inc_failover(self, from_backend: str, to_backend: str) -> None:
+        self.failovers.labels(from_backend=from_backend, to_backend=to_backend).inc()
+
+    def policy_reload(self, ok: bool) -> None:
+        self.policy_reloads.labels(result="ok" if ok else "failed").inc()
+
+    def set_threshold(self, key: str, value: float) -> None:
+        self.threshold.labels(key=key).set(value)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body and its content type, for the `/metrics` handler."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,1 @@
+"""specroute: the operator's tools (tail, report, projection, demo)."""

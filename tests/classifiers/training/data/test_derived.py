@@ -1,0 +1,30 @@
+"""Derived rows keep their origin's class and family and say they are derived."""
+
+from __future__ import annotations
+
+from classifiers.training.data import derived
+from classifiers.training.data.rows import Row, chat, system, user
+
+
+def _row(i: int, label: str, lang: str = "en", messages: list[dict[str, str]] | None = None,
+         provenance: str = "real") -> Row:
+    body = chat(messages or [user(f"request {i}")])
+    return Row(id=f"src/{i}", source="src", family=f"src/b{i % 3}", provenance=provenance,
+               label=label, lang=lang, request=body)
+
+
+def test_generic_system_prompts_go_before_real_requests_of_every_class() -> None:
+    rows = [_row(i, label, lang="zh" if i % 2 else "en")
+            for i, label in enumerate(["prose", "chat", "code", "technical"] * 5)]
+    rows.append(_row(100, "prose", messages=[system("Write like Poe."), user("a poem")]))
+    rows.append(_row(101, "prose", provenance="synthetic"))
+    out = derived.with_generic_system(rows, per_class=3)
+    assert sorted(r.label for r in out) == sorted(["prose", "chat", "code", "technical"] * 3)
+    origin = {r.id: r for r in rows}
+    for row in out:
+        source = origin[row.id.removesuffix("#sys")]
+        first, *rest = row.request["messages"]
+        assert first["role"] == "system" and rest == source.request["messages"]
+        assert first["content"] in derived.GENERIC_SYSTEM["zh" if source.lang == "zh" else "en"]
+        assert (row.family, row.lang, row.provenance) == (source.family, source.lang, "derived")
+    assert not {"src/100#sys", "src/101#sys"} & {r.id for r in out}  # has one / not real

@@ -1,0 +1,52 @@
+"""Labelling by the reply a request calls for (a table of the notes' rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from classifiers.training.data.labels import label_text
+from classifiers.training.data.sources_tools import label_by_reply
+
+
+@pytest.mark.parametrize(
+    ("text", "default", "expected"),
+    [
+        ("What is AI?", "chat", "technical"),  # short is not casual
+        ("什么是量子计算？", "chat", "technical"),
+        ("can you write a factorial in TypeScript?", "chat", "code"),
+        ("make a binary tree in Python", "chat", "code"),
+        ("can you write insertion sort?", "chat", "code"),
+        ("can you write a poem about rain?", "chat", "prose"),
+        ("Write a detailed analysis of whether remote work raises productivity", "chat",
+         "technical"),
+        ("用Python写一个函数，判断回文", "chat", "code"),
+        ("Write a poem about autumn.", "technical", "prose"),
+        ("写一首关于秋天的诗", "chat", "prose"),
+        ("分享一个关于一只怕水的鸭子的轻松故事，再加一个有趣的事实。", "technical", "prose"),
+        ("thanks!", "technical", "chat"),
+        ("你好呀", "technical", "chat"),
+        ("Tell me a joke", "technical", "chat"),
+        ("What is your favorite color?", "technical", "chat"),
+        ("My printer is not printing.", "chat", "technical"),
+        ("Explain how DNS works", "chat", "technical"),
+        ("mmm", "chat", "chat"),
+        ("mmm", "technical", "technical"),
+    ],
+)
+def test_label_text(text: str, default: str, expected: str) -> None:
+    assert label_text(text, default) == expected
+
+
+@pytest.mark.parametrize(
+    ("request_text", "reply", "expected"),
+    [
+        ("生成检查质数的代码", "```python\ndef is_prime(n):\n    return n > 1\n```", "code"),
+        ("你能帮我订一份披萨吗？", "抱歉，我无法帮你订披萨。", "chat"),
+        ("新鲜意大利面和干意大利面有什么不同？", "新鲜意大利面含水量高，口感柔软；" * 5, "technical"),
+        ("写一首关于春天的诗", "春风拂面，" * 20, "prose"),
+        ("您能解释一下人工智能的概念吗？", "人工智能是让机器模拟智能的技术。", "technical"),
+        ("你能帮我订一张去纽约的机票吗？", "抱歉，我无法预订机票，我只能帮你计算距离。" * 2, "chat"),
+    ],
+)
+def test_label_by_reply(request_text: str, reply: str, expected: str) -> None:
+    assert label_by_reply(request_text, reply) == expected

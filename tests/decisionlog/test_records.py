@@ -1,0 +1,46 @@
+"""The decision-log record: serialisation, round trip, and readers that skip what they can't read."""
+
+from __future__ import annotations
+
+import json
+
+from decisionlog.records import Outcome, ReadStats, RouteRecord, parse_line, parse_lines, to_json
+
+RECORD = RouteRecord(
+    ts="2026-11-29T12:00:00.000Z", request_id="req_1", endpoint="chat", model="m", stream=True,
+    conversation="abcd", features={"n_tools": 1, "greedy": True, "cjk_share": 0.5},
+    classifier={"class": "agent", "lang": "en", "scores": {"agent": 0.9}, "p_spec": 0.8, "artifact": "rules-v1"},
+    decision={"profile": "mtp", "backend": "mtp-0", "reason": "class", "rule": "routes.agent",
+              "explored": False, "threshold": None},
+    outcome=Outcome(status=200, backend="mtp-0", profile="mtp", draft_n=10, draft_accepted=9,
+                    failover_from=("x",)),
+    overhead_ms=0.4,
+)
+
+
+def test_round_trip_and_field_order() -> None:
+    line = to_json(RECORD)
+    assert line.startswith('{"schema_version":1,"ts":')
+    assert "content" not in json.loads(line)
+    assert parse_line(line) == RECORD
+    assert RECORD.acceptance == 0.9
+
+
+def test_content_only_when_present() -> None:
+    from dataclasses import replace
+
+    line = to_json(replace(RECORD, content={"last_user": "hi"}))
+    assert json.loads(line)["content"] == {"last_user": "hi"}
+
+
+def test_readers_skip_and_count_what_they_cannot_read() -> None:
+    good = to_json(RECORD)
+    future = json.dumps({**json.loads(good), "schema_version": 99})
+    lines = [good, "not json", future, '{"schema_version": 1}', "", '{"no": "version"}', good[:40], good]
+    stats = ReadStats()
+    records = list(parse_lines(lines, stats))
+    assert len(records) == 2
+    assert stats.read == 2
+    assert stats.skipped_versions == {99: 1}
+    assert stats.skipped_malformed == 4
+    assert "schema_version 99" in stats.summary()

@@ -1,0 +1,174 @@
+"""The decision log on disk: rotation without loss, crash safety, skipped-line counts, follow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from decisionlog.writer import (
+    DecisionLog,
+    LogFileError,
+    LogFollower,
+    expand_paths,
+    follow,
+    iter_log_records,
+    rotated_set,
+)
+from decisionlog.records import ReadStats, to_json
+from tests.decisionlog.examples import make_record
+
+LINE_BYTES = len(to_json(make_record(request_id="r000"))) + 1
+
+
+def _ids(path: Path, stats: ReadStats | None = None) -> list[str]:
+    return [r.request_id for r in iter_log_records([path], stats)]
+
+
+def test_records_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "decisions.jsonl"
+    with DecisionLog(path) as log:
+        for i in range(3):
+            log.write_record(make_record(request_id=f"r{i:03}"))
+    stats = ReadStats()
+    assert _ids(path, stats) == ["r000", "r001", "r002"]
+    assert stats.read == 3 and stats.skipped_malformed == 0
+
+
+def test_rotation_keeps_every_line_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    rotate_mb = 3.5 * LINE_BYTES / (1024 * 1024)  # three lines per file
+    with DecisionLog(path, rotate_mb=rotate_mb, keep=50) as log:
+        for i in range(20):
+            log.write_record(make_record(request_id=f"r{i:03}"))
+        assert log.rotations == 6
+    files = rotated_set(path)
+    assert [f.name for f in files][:2] == ["decisions.jsonl.6", "decisions.jsonl.5"]
+    assert files[-1] == path
+    assert all(f.stat().st_size <= 3.5 * LINE_BYTES for f in files)
+    assert _ids(path) == [f"r{i:03}" for i in range(20)]
+
+
+def test_rotation_drops_files_beyond_keep(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    with DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=2) as log:
+        for i in range(10):
+            log.write_record(make_record(request_id=f"r{i:03}"))
+    assert [f.name for f in rotated_set(path)] == [
+        "decisions.jsonl.2", "decisions.jsonl.1", "decisions.jsonl"]
+    assert _ids(path) == [f"r{i:03}" for i in range(4, 10)]  # the newest, contiguous
+
+
+def test_partial_last_line_is_skipped_counted_and_terminated_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    with DecisionLog(path) as log:
+        log.write_record(make_record(request_id="before"))
+    whole = to_json(make_record(request_id="torn"))
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(whole[: len(whole) // 2])  # the process died mid-write
+    stats = ReadStats()
+    assert _ids(path, stats) == ["before"]
+    assert stats.skipped_malformed == 1
+    with DecisionLog(path) as log:
+        log.write_record(make_record(request_id="after"))
+    stats = ReadStats()
+    assert _ids(path, stats) == ["before", "after"]
+    assert stats.skipped_malformed == 1
+
+
+def test_unknown_versions_and_foreign_lines_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    future = json.loads(to_json(make_record(request_id="future")))
+    future["schema_version"] = 99
+    lines = [to_json(make_record(request_id="ok")), json.dumps(future), json.dumps(future),
+             "INFO server started", "{\"schema_version\": 1}", "\xff\xfe binary"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stats = ReadStats()
+    assert _ids(path, stats) == ["ok"]
+    assert stats.skipped_versions == {99: 2}
+    assert stats.skipped_malformed == 3
+    assert "2 lines of unknown schema_version 99 skipped" in stats.summary()
+
+
+@pytest.mark.parametrize(("rotate_mb", "keep"), [(0, 5), (-1, 5), (1, -1)])
+def test_bad_rotation_settings_are_refused(tmp_path: Path, rotate_mb: float, keep: int) -> None:
+    with pytest.raises(LogFileError):
+        DecisionLog(tmp_path / "d.jsonl", rotate_mb=rotate_mb, keep=keep)
+
+
+def test_a_line_with_a_newline_is_refused(tmp_path: Path) -> None:
+    with DecisionLog(tmp_path / "d.jsonl") as log, pytest.raises(ValueError):
+        log.write("two\nlines")
+
+
+def test_expand_paths_reads_each_file_once_and_names_missing_logs(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    with DecisionLog(path, rotate_mb=1.5 * LINE_BYTES / (1024 * 1024)) as log:
+        for i in range(3):
+            log.write_record(make_record(request_id=f"r{i:03}"))
+    rotated = tmp_path / "decisions.jsonl.1"
+    assert expand_paths([path, rotated]) == rotated_set(path)
+    assert expand_paths([rotated]) == [rotated]
+    with pytest.raises(LogFileError, match="no decision log"):
+        expand_paths([tmp_path / "missing.jsonl"])
+
+
+def test_follower_sees_appends_partial_lines_rotation_and_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    log = DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=3)
+    log.write("old-1")
+    follower = LogFollower(path)  # starts at the end, like tail -f
+    assert follower.poll() == []
+    log.write("new-1")
+    assert follower.poll() == ["new-1"]
+    with open(path, "a", encoding="utf-8") as file:
+        file.write("half")
+    assert follower.poll() == []  # waits for the newline
+    with open(path, "a", encoding="utf-8") as file:
+        file.write("-done\n")
+    assert follower.poll() == ["half-done"]
+    pad = "x" * (LINE_BYTES - 10)
+    for i in range(6):  # two rotations between polls
+        log.write(f"{pad}{i}")
+    seen = follower.poll()
+    assert [line[-1] for line in seen] == [str(i) for i in range(6)]  # the middle file too
+    assert follower.rotations_seen == 1
+    log.close()
+    path.write_text("")  # truncated in place
+    assert follower.poll() == []
+    with open(path, "a", encoding="utf-8") as file:
+        file.write("after-truncate\n")
+    assert follower.poll() == ["after-truncate"]
+    follower.close()
+
+
+def test_follower_reads_each_line_across_a_rotation_once(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    log = DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=5)
+    follower = LogFollower(path, from_start=True)
+    seen: list[str] = []
+    pad = "y" * (LINE_BYTES - 10)
+    for i in range(9):
+        log.write(f"{pad}{i}")
+        if i % 2:
+            seen += follower.poll()
+    seen += follower.poll()
+    log.close()
+    assert [line[-1] for line in seen] == [str(i) for i in range(9)]
+
+
+def test_follow_yields_batches_until_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    polls = 0
+
+    def stop() -> bool:
+        return polls >= 3
+
+    batches = []
+    with DecisionLog(path) as log:
+        for batch in follow(path, poll_s=0, stop=stop, from_start=True, sleep=lambda _: None):
+            batches.append(batch)
+            polls += 1
+            log.write(f"line-{polls}")
+    assert batches == [[], ["line-1"], ["line-2"]]
