@@ -14,6 +14,7 @@ from dataclasses import asdict
 from classifiers.training.outcomes import LoggedOutcome
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.writer import iter_log_records
+from policies.arms import ArmObservation, arm_observation_from_log
 from policies.learn import Observation, observation_from_log
 
 
@@ -27,6 +28,14 @@ def read_observations(paths: list[str]) -> Iterator[Observation]:
     """What the learner needs from each record (records that taught nothing are dropped)."""
     for record in read_records(paths):
         observation = observation_from_log(asdict(record))
+        if observation is not None:
+            yield observation
+
+
+def read_arm_observations(paths: list[str]) -> Iterator[ArmObservation]:
+    """What the arms' comparison needs from each record (pool, rewrite, decode rate, time)."""
+    for record in read_records(paths):
+        observation = arm_observation_from_log(asdict(record))
         if observation is not None:
             yield observation
 

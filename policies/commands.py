@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -20,16 +21,40 @@ from classifiers import rules
 from classifiers.features import Features, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
-from policies.decide import BackendState, RequestContext, decide
+from policies.arms import (
+    EMPTY_ARMS,
+    ArmObservation,
+    ArmsState,
+    arm_observation_from_log,
+    learn_arms,
+)
+from policies.armstore import ARMS_SUFFIX, arms_path_for, read_arms, write_arms
+from policies.decide import BackendState, RequestContext
 from policies.explain import describe_policy, describe_request, describe_state
+from policies.explain_routes import describe_arms, describe_route
 from policies.learn import Observation, learn, observation_from_log
 from policies.learned import LearnedState
+from policies.pools import pool_context, pools_named
+from policies.route import decide_route
 from policies.schema import Policy
-from policies.store import PolicyStore, learned_path_for, write_learned
+from policies.store import LEARNED_SUFFIX, PolicyStore, learned_path_for, write_learned
 from policies.yamlfile import ConfigError, load_model
 
 ObservationReader = Callable[[list[str]], Iterable[Observation]]
+ArmReader = Callable[[list[str]], Iterable[ArmObservation]]
 Scorer = Callable[[RequestView, Features], Scores]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFacts:
+    """What the policy commands need from a config.yaml (read by `router`, injected)."""
+
+    policy: str
+    pools: Mapping[str, Sequence[str]]
+    backends: tuple[tuple[str, str, str], ...]  # (name, profile, engine)
+
+
+ConfigReader = Callable[[str], ConfigFacts]
 Formatter: Final = argparse.ArgumentDefaultsHelpFormatter
 DEFAULT_POLICY: Final = str(Path(__file__).with_name("default.yaml"))
 
@@ -39,11 +64,16 @@ def register(
     *,
     read_observations: ObservationReader | None = None,
     score: Scorer | None = None,
+    read_config: ConfigReader | None = None,
+    read_arm_observations: ArmReader | None = None,
 ) -> None:
     """Add `policy check`, `policy explain` and `learn` to the CLI. `score` classifies a
-    request for `policy explain --request` (default: the rule-based scorer)."""
+    request for `policy explain --request` (default: the rule-based scorer); `read_config`
+    reads a config.yaml for `--config` (the pools a policy may name)."""
     reader = read_observations or read_jsonl_observations
+    arm_reader = read_arm_observations or read_jsonl_arm_observations
     scorer = score or rules.score
+    configs = read_config or _no_config
     policy = subparsers.add_parser(
         "policy", help="check and explain routing policies", formatter_class=Formatter
     )
@@ -52,13 +82,26 @@ def register(
         "check", help="validate a policy file (exit 1 with line-numbered errors)",
         formatter_class=Formatter,
     )
-    check.add_argument("file", metavar="FILE", help="the policy YAML to validate")
-    check.set_defaults(func=check_command)
+    check.add_argument(
+        "file", metavar="FILE", nargs="?", default=None,
+        help="the policy YAML to validate (default: the --config's policy)",
+    )
+    check.add_argument(
+        "--config", default=None,
+        help="config.yaml whose named pools the policy may route to (without it: mtp and "
+        "plain only)",
+    )
+    check.set_defaults(func=lambda args: check_command(args, configs))
     explain = verbs.add_parser(
         "explain", help="show the rules, learned thresholds and their evidence",
         formatter_class=Formatter,
     )
-    explain.add_argument("--policy", default=DEFAULT_POLICY, help="policy file")
+    explain.add_argument(
+        "--policy", default=None, help=f"policy file (default: the --config's, else {DEFAULT_POLICY})"
+    )
+    explain.add_argument(
+        "--config", default=None, help="config.yaml: its pools and backends, for --request"
+    )
     explain.add_argument(
         "--learned", default=None, help="learned state (default: next to the policy)"
     )
@@ -69,7 +112,7 @@ def register(
         "--endpoint", default="chat", choices=("chat", "completions", "messages", "responses"),
         help="the API the --request body is for",
     )
-    explain.set_defaults(func=lambda args: explain_command(args, scorer))
+    explain.set_defaults(func=lambda args: explain_command(args, scorer, configs))
     learn_parser = subparsers.add_parser(
         "learn", help="learn the thresholds from decision logs", formatter_class=Formatter
     )
@@ -81,31 +124,45 @@ def register(
     learn_parser.add_argument(
         "--out", default=None, help="learned state to write (default: next to the policy)"
     )
-    learn_parser.set_defaults(func=lambda args: learn_command(args, reader))
+    learn_parser.set_defaults(func=lambda args: learn_command(args, reader, arm_reader))
 
 
-def check_command(args: argparse.Namespace) -> int:
+def check_command(args: argparse.Namespace, read_config: ConfigReader) -> int:
+    """Validate the policy; with `--config`, its routes may name that config's pools."""
     try:
-        policy = load_model(args.file, Policy)
+        facts = read_config(args.config) if args.config else None
+        path = args.file or (facts.policy if facts is not None else None)
+        if path is None:
+            print("specroute policy check: give FILE or --config", file=sys.stderr)
+            return 2
+        policy = load_model(path, Policy, context=pool_context(facts.pools if facts else ()))
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 1
     auto = sorted(c for c, r in policy.routes.items() if r == "auto")
-    print(f"{args.file}: valid ({len(policy.routes)} class routes, auto: {', '.join(auto) or '-'};"
+    pools = sorted(set(pools_named(policy.routes)) | {
+        p for table in policy.languages.values() for p in pools_named(table)
+    })
+    print(f"{path}: valid ({len(policy.routes)} class routes, auto: {', '.join(auto) or '-'};"
+          f" pool routes: {', '.join(pools) or '-'};"
           f" exploration {policy.exploration.rate:.0%};"
           f" stickiness {'on' if policy.stickiness.enabled else 'off'})")
     return 0
 
 
-def explain_command(args: argparse.Namespace, scorer: Scorer) -> int:
+def explain_command(args: argparse.Namespace, scorer: Scorer, read_config: ConfigReader) -> int:
     try:
-        store = PolicyStore(args.policy, args.learned)
+        facts = read_config(args.config) if args.config else None
+        policy_path = args.policy or (facts.policy if facts is not None else DEFAULT_POLICY)
+        store = PolicyStore(policy_path, args.learned, pools=facts.pools if facts else ())
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
+    arms = read_arms(arms_path_for(policy_path)) or EMPTY_ARMS
     lines = describe_policy(store.policy)
     lines += [""] + describe_state(store.learned, store.policy, str(store.learned_path))
+    lines += describe_arms(arms, store.policy)
     if args.request:
         try:
             body = json.loads(Path(args.request).read_text(encoding="utf-8"))
@@ -113,23 +170,52 @@ def explain_command(args: argparse.Namespace, scorer: Scorer) -> int:
         except (OSError, ValueError, InvalidRequest) as exc:
             print(f"{args.request}: cannot read the request: {exc}", file=sys.stderr)
             return 1
-        lines += [""] + _explain_request(store.policy, store.learned, view, scorer)
+        lines += [""] + _explain_request(
+            store.policy, store.learned, arms, view, body, args.endpoint, scorer, facts
+        )
     print("\n".join(lines))
     return 0
 
 
 def _explain_request(
-    policy: Policy, learned: LearnedState, view: RequestView, scorer: Scorer
+    policy: Policy,
+    learned: LearnedState,
+    arms: ArmsState,
+    view: RequestView,
+    body: dict[str, Any],
+    endpoint: str,
+    scorer: Scorer,
+    facts: ConfigFacts | None,
 ) -> list[str]:
     features = extract(view)
     scores = scorer(view, features)
-    backends = (BackendState("mtp", "mtp"), BackendState("plain", "plain"))
+    backends = _backends(facts)
     context = RequestContext(model=view.model)
-    decision = decide(policy, features, scores, backends, context, learned=learned)
-    return describe_request(policy, learned, features, scores, decision)
+    routed = decide_route(
+        policy, features, scores, backends, context, endpoint=endpoint, learned=learned, arms=arms
+    )
+    lines = describe_request(policy, learned, features, scores, routed.decision)
+    engines = {name: engine for name, _, engine in facts.backends} if facts else {}
+    return lines + describe_route(routed, body, endpoint, engines)
 
 
-def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
+def _backends(facts: ConfigFacts | None) -> list[BackendState]:
+    """The config's instances (with their pools), or one of each profile without a config."""
+    if facts is None:
+        return [BackendState("mtp", "mtp"), BackendState("plain", "plain")]
+    return [
+        BackendState(name, profile, pools=frozenset(
+            p for p, members in facts.pools.items() if name in members
+        ))
+        for name, profile, _ in facts.backends
+    ]
+
+
+def _no_config(path: str) -> ConfigFacts:
+    raise ConfigError(path, [f"{path}: --config needs the specroute CLI (router) to read it"])
+
+
+def learn_command(args: argparse.Namespace, reader: ObservationReader, arm_reader: ArmReader) -> int:
     try:
         policy = load_model(args.policy, Policy)
     except ConfigError as exc:
@@ -145,8 +231,16 @@ def learn_command(args: argparse.Namespace, reader: ObservationReader) -> int:
         return 1
     out = Path(args.out) if args.out else learned_path_for(args.policy)
     state = learn_to_file(observations, policy, out, created=datetime.now(UTC).isoformat())
-    print("\n".join(describe_state(state, policy, str(out))))
+    arms = learn_arms(arm_reader(list(args.logs)))
+    write_arms(_arms_out(out), arms)
+    print("\n".join(describe_state(state, policy, str(out)) + describe_arms(arms, policy)))
     return 0
+
+
+def _arms_out(learned_out: Path) -> Path:
+    """Where the arms' stats go: beside the learned state (`x.learned.json` -> `x.arms.json`)."""
+    stem = learned_out.name.removesuffix(LEARNED_SUFFIX).removesuffix(".json")
+    return learned_out.with_name(stem + ARMS_SUFFIX)
 
 
 def learn_to_file(
@@ -172,6 +266,17 @@ def read_jsonl_observations(paths: list[str]) -> Iterator[Observation]:
             for line in lines:
                 data = _json_object(line)
                 observation = observation_from_log(data) if data is not None else None
+                if observation is not None:
+                    yield observation
+
+
+def read_jsonl_arm_observations(paths: list[str]) -> Iterator[ArmObservation]:
+    """What the arms' comparison needs, from plain JSON-lines decision logs."""
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                data = _json_object(line)
+                observation = arm_observation_from_log(data) if data is not None else None
                 if observation is not None:
                     yield observation
 

@@ -19,7 +19,7 @@ from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.explore import cold_arm, explore
 from policies.learned import Belief, LearnedState
-from policies.schema import Policy, Profile
+from policies.schema import Policy, Profile, Route
 from policies.sessions import Held, expected_remaining_tokens, switch_verdict
 
 DEFAULT_THRESHOLD: Final = 0.5
@@ -38,6 +38,7 @@ class BackendState:
     profile: str
     healthy: bool = True
     inflight: int = 0
+    pools: frozenset[str] = frozenset()  # the named pools it belongs to (issue 14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +81,17 @@ def decide(
     learned: LearnedState | None = None,
     draw: float | None = None,
     held: Held | None = None,
+    route: tuple[Route, str] | None = None,
 ) -> Decision:
     """Pick a profile by the policy's rules (learned thresholds priced for the current load),
     maybe explore (`draw`: uniform in [0, 1), None: never), keep the conversation where its
-    prefix is `held` unless switching pays, then the least busy healthy backend."""
+    prefix is `held` unless switching pays, then the least busy healthy backend. `route`
+    (route, rule), when given, stands for the class route (`policies.route` passes a pool
+    route's arm)."""
     queues = _queues(backends)
     profile, reason, rule, threshold = choose_profile(
-        policy, features, scores, context, thresholds, learned=learned, queues=queues
+        policy, features, scores, context, thresholds, learned=learned, queues=queues,
+        route=route,
     )
     belief = _belief(learned, scores)
     explored = False
@@ -112,6 +117,7 @@ def choose_profile(
     *,
     learned: LearnedState | None = None,
     queues: tuple[int, int] = (0, 0),
+    route: tuple[Route, str] | None = None,
 ) -> tuple[Profile, str, str, float | None]:
     """(profile, reason, rule, threshold) by the policy's rules, in their fixed order.
 
@@ -139,9 +145,9 @@ def choose_profile(
         return o.response_format[fmt], "response_format", f"overrides.response_format.{fmt}", None
     if scores is None:
         return policy.fallback, "classifier_error", "fallback", None
-    route, rule = policy.route_for(scores.top_class, scores.lang)
-    if route != "auto":
-        return route, "class", rule, None
+    class_route, rule = route or policy.route_for(scores.top_class, scores.lang)
+    if class_route != "auto":
+        return class_route, "class", rule, None
     belief = _belief(learned, scores)
     if belief is not None and belief.trusted:
         threshold, reason = belief.threshold_at(*queues), "learned"

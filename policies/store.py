@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -19,6 +20,7 @@ from typing import Final
 import structlog
 
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
+from policies.pools import pool_context
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
@@ -58,15 +60,22 @@ class PolicyStore:
     """Holds the current `Snapshot`; `reload_if_changed` swaps in new files that validate."""
 
     def __init__(
-        self, policy_path: str | Path, learned_path: str | Path | None = None, *, now: float = 0.0
+        self,
+        policy_path: str | Path,
+        learned_path: str | Path | None = None,
+        *,
+        now: float = 0.0,
+        pools: Iterable[str] = (),
     ) -> None:
         """Load both files; an invalid policy raises `ConfigError` (nothing to fall back to),
         a missing learned file means nothing learned yet, an invalid one is logged and
-        ignored."""
+        ignored. `pools`: the named pools of the config, which the policy's routes may name
+        (checked on load and on every reload)."""
         self.policy_path = Path(policy_path)
+        self._context = pool_context(pools)
         self.learned_path = Path(learned_path) if learned_path else learned_path_for(policy_path)
         self.counters = ReloadCounters()
-        policy = load_model(self.policy_path, Policy)
+        policy = load_model(self.policy_path, Policy, context=self._context)
         learned, learned_sig = self._read_learned_or_empty()
         self._snapshot = Snapshot(
             policy, learned, _signature(self.policy_path), learned_sig, loaded_at=now
@@ -124,7 +133,7 @@ class PolicyStore:
 
     def _read_policy(self) -> Policy | None:
         try:
-            return load_model(self.policy_path, Policy)
+            return load_model(self.policy_path, Policy, context=self._context)
         except ConfigError as exc:
             self._failed("policy", str(self.policy_path), exc.problems)
             return None

@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from datetime import datetime
 
 import structlog
 from aiohttp import web
 
-from decisionlog.readers import read_observations
+from decisionlog.readers import read_observations, read_records
+from policies.arms import arm_observation_from_log, learn_arms
+from policies.armstore import write_arms
 from policies.commands import learn_to_file
 from policies.learned import LearnedState
-from router.state import CONFIG, DEPS, POLICY
+from router.state import ARMS, CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
 
@@ -31,7 +34,18 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
              trusted=sorted(k for k, b in state.beliefs.items() if b.trusted),
              path=str(store.learned_path))
+    learn_arms_now(app)
     return state
+
+
+def learn_arms_now(app: web.Application) -> None:
+    """The arms' stats (each pool and rewrite a route allows) from the decision log, written
+    next to the policy and put in force."""
+    holder = app[ARMS]
+    found = (arm_observation_from_log(asdict(r)) for r in read_records([app[CONFIG].log.path]))
+    state = learn_arms(o for o in found if o is not None)
+    write_arms(holder.path, state)
+    holder.set(state)
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:

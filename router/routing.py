@@ -18,8 +18,11 @@ from classifiers.features import Features, TokenCounter, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
-from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
+from policies.arms import EMPTY_ARMS, ArmsState
+from policies.decide import BackendState, Decision, RequestContext
 from policies.learned import LearnedState
+from policies.rewrite import Applied, apply_rewrite
+from policies.route import Routed, decide_route
 from policies.schema import Policy
 from policies.sessions import Held, conversation_key
 from router.errors import RequestError
@@ -42,6 +45,20 @@ class RoutedRequest:
     decision: Decision
     order: tuple[str, ...]  # backends to try, in order
     conversation: str
+    routed: Routed | None = None  # the pool and arm (None: planned without pools)
+    rewrite: Applied | None = None  # the route's rewrite, applied to `body`
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether the body sent upstream differs from the client's (it is then re-encoded)."""
+        return self.rewrite is not None and self.rewrite.changed
+
+    def decision_record(self) -> dict[str, Any]:
+        return self.routed.as_dict() if self.routed is not None else self.decision.as_dict()
+
+    def rewrite_header(self) -> str:
+        """`x-specroute-rewrite`: the route's rewrite as applied, or `none`."""
+        return self.rewrite.label if self.rewrite is not None else "none"
 
 
 def plan_request(
@@ -58,11 +75,15 @@ def plan_request(
     backends: list[BackendState],
     draw: float | None,
     held_for: Callable[[str], Held | None],
+    arms: ArmsState = EMPTY_ARMS,
+    engine_of: Callable[[str], str] = lambda name: "openai",
 ) -> RoutedRequest:
-    """Parse, classify and decide; raises `RequestError` (4xx) on bad input.
+    """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
+    bad input.
 
     `draw` is a uniform random number for exploration (None: never explore); `held_for(key)`
-    says where a conversation's prefix lives, for stickiness.
+    says where a conversation's prefix lives, for stickiness; `engine_of(backend)` says which
+    engine a backend runs (a rewrite of thinking goes in that engine's own field).
     """
     body = _parse_json(raw)
     try:
@@ -79,15 +100,20 @@ def plan_request(
     scored = score_safely(scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
     conversation = conversation_key(view, conversation_hint)
-    decision = decide(
+    routed = decide_route(
         policy, features, scored.scores, backends, context, learned.thresholds(),
-        learned=learned, draw=draw, held=held_for(conversation),
+        endpoint=endpoint, learned=learned, arms=arms, draw=draw, held=held_for(conversation),
     )
+    rewrite = None
+    if routed.rewrite is not None:
+        first = routed.decision.backend or (routed.order[0] if routed.order else "")
+        rewrite = apply_rewrite(routed.rewrite, body, endpoint=endpoint, engine=engine_of(first))
     return RoutedRequest(
-        request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
+        request_id=request_id, endpoint=endpoint,
+        body=rewrite.body if rewrite is not None else body, view=view, features=features,
         scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
-        decision=decision, order=tuple(failover_order(decision, backends)),
-        conversation=conversation,
+        decision=routed.decision, order=routed.order, conversation=conversation,
+        routed=routed, rewrite=rewrite,
     )
 
 
@@ -96,10 +122,10 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
 
     The engine's adapter asks for what makes it report its stats (`stream_options.include_usage`
     on streams, SGLang's `return_meta_info`); the relay strips those again. When nothing is
-    added, the body goes upstream exactly as received.
+    added and no rewrite changed the body, it goes upstream exactly as received.
     """
     tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
-    if not (tweaked.added_usage or tweaked.added_meta_info):
+    if not (tweaked.added_usage or tweaked.added_meta_info or plan.rewritten):
         return raw, tweaked
     return json.dumps(tweaked.body, ensure_ascii=False).encode(), tweaked
 
@@ -151,10 +177,11 @@ def record_for(
         conversation=plan.conversation,
         features=plan.features.as_dict(),
         classifier=classifier,
-        decision=plan.decision.as_dict(),
+        decision=plan.decision_record(),
         outcome=outcome,
         overhead_ms=round(overhead, 3),
         content=content,
+        rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
     )
 
 

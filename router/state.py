@@ -16,6 +16,7 @@ from aiohttp import web
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from decisionlog.records import RouteRecord
+from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router.addons.dashboard import RecentRecords
@@ -56,4 +57,5 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 METRICS = web.AppKey("metrics", Metrics)
 RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
+ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled

@@ -54,7 +54,7 @@ def test_check_accepts_the_shipped_policy(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (("agent: auto", "agent: fastest"), ":{line}: routes.agent: Input should be"),
+        (("agent: auto", "agent: 3"), ":{line}: routes.agent: Input should be"),
         (("  rate: 0.05", "  rate: 0.05\n  budget: 3"), "exploration.budget: unknown key"),
         (("routes:", "routes: ["), "invalid YAML"),
     ],

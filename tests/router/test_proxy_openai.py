@@ -171,7 +171,9 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
     assert data["schema_version"] == 1
     assert set(data) >= {"ts", "request_id", "endpoint", "model", "stream", "conversation",
                          "features", "classifier", "decision", "outcome", "overhead_ms"}
-    assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored", "threshold"}
+    assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored", "threshold",
+                                     "pool", "arm"}
+    assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last
     with open(stack.config.log.path, encoding="utf-8") as log:
         lines = log.read().splitlines()

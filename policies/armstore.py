@@ -1,0 +1,83 @@
+"""The arms' learned stats on disk, next to the policy (`default.yaml` -> `default.arms.json`).
+
+The edge around `policies.arms`: reads and writes a file, nothing else. Written atomically (a
+temp file in the same directory, then `os.replace`); a missing or unreadable file means nothing
+learned about arms yet (a bad file is logged and ignored, the state in force stays).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from policies.arms import EMPTY_ARMS, ArmsState, ArmsStateError, arms_from_json, arms_to_json
+
+ARMS_SUFFIX: Final = ".arms.json"
+
+log = structlog.get_logger("specroute.policy")
+
+
+def arms_path_for(policy_path: str | Path) -> Path:
+    path = Path(policy_path)
+    return path.with_name(path.stem + ARMS_SUFFIX)
+
+
+def read_arms(path: str | Path) -> ArmsState | None:
+    """The state in `path`; None when it is missing or not an arms state (logged)."""
+    try:
+        return arms_from_json(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ArmsStateError) as exc:
+        log.warning("arms_state_unreadable", file=str(path), error=str(exc))
+        return None
+
+
+def write_arms(path: str | Path, state: ArmsState) -> None:
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(arms_to_json(state))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+class ArmsHolder:
+    """The arms' state in force; `reload_if_changed` picks up a file `specroute learn` wrote,
+    `set` one the proxy's own learner computed."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp = self._file_stamp()
+        self.state: ArmsState = read_arms(self.path) or EMPTY_ARMS
+
+    def set(self, state: ArmsState) -> None:
+        self.state = state
+        self._stamp = self._file_stamp()
+
+    def reload_if_changed(self) -> bool:
+        stamp = self._file_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        state = read_arms(self.path)
+        if state is None:
+            return False
+        self.state = state
+        return True
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
