@@ -139,6 +139,8 @@ def check_command(args: argparse.Namespace, read_config: ConfigReader) -> int:
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
+        if not args.config and any("no pool named" in p for p in exc.problems):
+            print("(named pools live in config.yaml: check with --config CONFIG)", file=sys.stderr)
         return 1
     auto = sorted(c for c, r in policy.routes.items() if r == "auto")
     pools = sorted(set(pools_named(policy.routes)) | {

@@ -13,6 +13,7 @@ from classifiers.scores import Scores
 from policies.decide import Decision
 from policies.explore import cold_arm, exploration_probability
 from policies.learned import NEVER, Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.pools import route_text
 from policies.schema import Policy
 
 
@@ -22,7 +23,7 @@ def describe_policy(policy: Policy) -> list[str]:
     def pairs(table: Mapping[str, str]) -> str:
         return ", ".join(f"{k} -> {v}" for k, v in sorted(table.items())) or "(none)"
 
-    routes = ", ".join(f"{c}: {r}" for c, r in policy.routes.items()) or "(none)"
+    routes = ", ".join(f"{c}: {route_text(r)}" for c, r in policy.routes.items()) or "(none)"
     formats = {str(k): v for k, v in o.response_format.items()}
     lines = [
         "Rules, in the order they are checked (the first that applies wins):",
@@ -44,8 +45,14 @@ def describe_policy(policy: Policy) -> list[str]:
         f"  7. routes                     {routes}; default: {policy.default}",
     ]
     for lang, table in sorted(policy.languages.items()):
-        per_lang = ", ".join(f"{c}: {r}" for c, r in table.items())
+        per_lang = ", ".join(f"{c}: {route_text(r)}" for c, r in table.items())
         lines.append(f"     languages.{lang:<13} {per_lang}")
+    tables = [policy.routes, *policy.languages.values()]
+    if any(not isinstance(r, str) for table in tables for r in table.values()):
+        lines.append(
+            "     pool routes: a pin (1-3) wins; otherwise the route's rewrite is applied first,"
+            " 4-6 judge the request as sent, and apply only to the mtp, plain and auto pools"
+        )
     e, s = policy.exploration, policy.stickiness
     lines += [
         f"  classifier failure -> {policy.fallback}",

@@ -149,13 +149,15 @@ def _check_fields(rewrite: Rewrite | None, endpoints: Iterable[str], where: str)
         )
 
 
-def in_pool(pool: str, profile: str, pools: Collection[str]) -> bool:
-    """Whether an instance of `profile`, member of the named `pools`, belongs to `pool`."""
-    return profile == pool or pool in pools
-
-
-def arm_key(pool: str, rewrite: Rewrite | None) -> str:
-    return Arm(pool=pool, rewrite=rewrite).key
+def route_text(route: str | PoolRoute) -> str:
+    """A route as one short text: `mtp`, `nothink+model=deepseek-chat` or `mtp | plain+...`,
+    with the endpoints when the route does not apply to all."""
+    if isinstance(route, str):
+        return route
+    text = " | ".join(arm.key for arm in route.choices)
+    if tuple(route.endpoints) != ENDPOINTS:
+        text += f" (on {', '.join(route.endpoints)})"
+    return text
 
 
 def pools_named(table: Mapping[str, Any]) -> list[str]:
