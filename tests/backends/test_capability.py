@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from backends.capability import CapabilityError, capability_probe
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 
 Serve = Callable[[SimState], Awaitable[str]]

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec, LaunchSpec
 from backends.supervisor import BackendStartError, BackendStatus, Supervisor
 

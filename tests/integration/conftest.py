@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from backends.localpair import find_pair, local_pair_specs
+from backends.local.pair import find_pair, local_pair_specs
 from backends.spec import BackendSpec
 from backends.supervisor import Supervisor
 
@@ -23,7 +23,7 @@ def require_smollm2() -> None:
     if find_pair("smollm2") is not None:
         return
     reason = ("the local SmolLM2 pair is not cached: run `make local-backend` "
-              "(python -m backends.localpair ensure smollm2)")
+              "(python -m backends.local.pair ensure smollm2)")
     if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
         pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
     pytest.skip(reason)

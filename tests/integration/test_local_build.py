@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.localflags import flag_sets
-from backends.localpair import find_pair
-from backends.localsmoke import SMOKE_TOKENS, smoke_test
+from backends.local.flags import flag_sets
+from backends.local.pair import find_pair
+from backends.local.smoke import SMOKE_TOKENS, smoke_test
 from tests.integration.conftest import require_smollm2
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from router.app import create_app
 from router.state import Deps

@@ -8,7 +8,7 @@ import aiohttp
 import openai
 import pytest
 
-from backends.simulator import SimState
+from backends.local.simulator import SimState
 from backends.spec import BackendSpec
 from router.config import Config
 from tests.router.conftest import ServerFactory, start_stack

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import openai
 
-from backends.simulator import Fault, SimState
+from backends.local.simulator import Fault, SimState
 from tests.router.conftest import ServerFactory, Stack, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.simulator import SimState
+from backends.local.simulator import SimState
 from router.app import reload_once
 from router.config import DEFAULT_POLICY
 from router.learning import learn_now

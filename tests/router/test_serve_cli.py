@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import openai
 
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from tests.router.conftest import ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]

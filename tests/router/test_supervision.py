@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.simulator import SimState, create_sim_app
+from backends.local.simulator import SimState, create_sim_app
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 

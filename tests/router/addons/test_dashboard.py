@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.simulator import SimState
+from backends.local.simulator import SimState
 from policies.learn import learn, observation_from_log
 from router.addons.dashboard import RecentRecords, _is_loopback, add_dashboard_routes, choose_bucket_s
 from decisionlog.records import RouteRecord, to_json

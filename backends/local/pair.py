@@ -3,8 +3,8 @@
 Two pairs: `smollm2` (SmolLM2-135M as its own draft: 98 MB, starts in half a second, for tests)
 and `qwen` (Qwen2.5-Coder-1.5B with the 0.5B as draft, same tokenizer, for the demo).
 
-    python -m backends.localpair ensure [smollm2|qwen]   # build/download once, print the paths
-    python -m backends.localpair where [smollm2|qwen]    # print the paths, or what is missing
+    python -m backends.local.pair ensure [smollm2|qwen]   # build/download once, print the paths
+    python -m backends.local.pair where [smollm2|qwen]    # print the paths, or what is missing
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from backends.localbuild import cached_server, ensure_llama_server, server_summary
-from backends.localcache import (
+from backends.local.build import cached_server, ensure_llama_server, server_summary
+from backends.local.cache import (
     LocalBackendError,
     Progress,
     cache_root,
     free_loopback_port,
     stderr_progress,
 )
-from backends.localmodels import MODELS, cached_model, ensure_model
+from backends.local.models import MODELS, cached_model, ensure_model
 from backends.spec import BackendSpec, LaunchSpec
 
 SMOKE_MODEL = "smollm2-135m"  # starts in half a second: the build's smoke test runs on it
@@ -99,7 +99,7 @@ def local_pair_specs(
     if pair is None:
         raise LocalBackendError(
             f"the local {kind} pair is not in the cache ({cache_root() if root is None else root});"
-            f" run: python -m backends.localpair ensure {kind}"
+            f" run: python -m backends.local.pair ensure {kind}"
         )
     threads = threads or max(1, (os.cpu_count() or 2) // 2)
     args = ["--ctx-size", str(ctx), "--parallel", "1", "--threads", str(threads)]
@@ -124,7 +124,7 @@ def _describe(pair: LocalPair) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m backends.localpair",
+        prog="python -m backends.local.pair",
         description="Build and cache the local llama.cpp backend pair.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

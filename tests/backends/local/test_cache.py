@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from backends.engines import adapter_for
-from backends.localbuild import machine_tag, server_dir
-from backends.localcache import LocalBackendError, cache_root, exclusive, sha256_file
-from backends.localflags import flag_sets
-from backends.localmodels import MODELS, ModelAsset, assemble_model, cached_model
-from backends.localpair import find_pair, local_pair_specs
+from backends.local.build import machine_tag, server_dir
+from backends.local.cache import LocalBackendError, cache_root, exclusive, sha256_file
+from backends.local.flags import flag_sets
+from backends.local.models import MODELS, ModelAsset, assemble_model, cached_model
+from backends.local.pair import find_pair, local_pair_specs
 
 
 @pytest.mark.parametrize(
@@ -81,14 +81,14 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from backends.localcache import exclusive
+        from backends.local.cache import exclusive
         with exclusive(Path({str(tmp_path)!r}), "thing", lambda line: print(line, flush=True)):
             print("got it", flush=True)
     """)
     lines: list[str] = []
     with exclusive(tmp_path, "thing", lines.append):
         other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                 text=True, cwd=Path(__file__).resolve().parents[2])
+                                 text=True, cwd=Path(__file__).resolve().parents[3])
         assert other.stdout is not None
         assert other.stdout.readline().startswith("waiting: another process is preparing thing")
     assert other.stdout.readline() == "got it\n"
