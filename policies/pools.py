@@ -60,6 +60,11 @@ class Arm(_Strict):
     pool: str = Field(..., pattern=POOL_NAME, description="mtp, plain, auto or a named pool")
     rewrite: Rewrite | None = Field(None, description="what to change in the request")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"pool": value} if isinstance(value, str) else value
+
     @field_validator("pool")
     @classmethod
     def _pool_exists(cls, value: str, info: ValidationInfo) -> str:

@@ -100,9 +100,11 @@ class Config(_Strict):
             if pool in ROUTE_WORDS or not re.match(POOL_NAME, pool):
                 raise ValueError(f"{pool!r} cannot name a pool (built in: mtp, plain; "
                                  "reserved: auto; letters, digits, '_', '.', '-')")
+            if not members:
+                raise ValueError(f"pool {pool!r} lists no backends")
             unknown = sorted(set(members) - names)
-            if unknown or not members:
-                raise ValueError(f"pool {pool!r} needs backend names; not backends: {unknown}")
+            if unknown:
+                raise ValueError(f"pool {pool!r}: not backend names: {unknown}")
         return pools
 
     def pools_of(self, backend: str) -> frozenset[str]:
