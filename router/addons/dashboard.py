@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from decisionlog.arms import arm_rows
 from decisionlog.records import RouteRecord
 from decisionlog.summary import (
     GroupSummary,
@@ -81,6 +82,8 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
         "class": record_class(record),
         "lang": record_lang(record),
         "profile": record_profile(record),
+        "pool": str(record.decision.get("pool") or record_profile(record)),
+        "rewrite": str((record.rewrite or {}).get("label") or ""),
         "reason": record_reason(record),
         "explored": bool(record.decision.get("explored")),
         "backend": record_backend(record),
@@ -143,6 +146,7 @@ def dashboard_data(
         "thresholds": _thresholds(status, groups),
         "backends": list(status.get("backends") or []),
         "recent": [_recent_row(r) for r in reversed(records[-recent_n:])],
+        "arms": [asdict(row) for row in arm_rows(records)],
     })
     return data
 
