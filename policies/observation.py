@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.rewrite import logged_features_as_sent
 from policies.schema import Assume
 
 
@@ -52,7 +53,7 @@ def observation_from_log(data: Mapping[str, Any]) -> Observation | None:
     None when the request taught nothing (failed, no tokens, no decode rate)."""
     try:
         outcome, classifier = data["outcome"], data["classifier"]
-        features = data.get("features") or {}
+        features = logged_features_as_sent(data.get("features") or {}, data.get("rewrite"))
         decision = data.get("decision") or {}
         profile = str(outcome.get("profile") or decision.get("profile") or "")
         tokens = int(outcome.get("completion_tokens") or 0)

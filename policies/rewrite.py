@@ -226,5 +226,24 @@ def rewritten_features(features: Features, rewrite: Rewrite | None) -> Features:
     return dataclasses.replace(features, **update) if update else features
 
 
+def logged_features_as_sent(
+    features: Mapping[str, Any], rewrite: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """A record's features (the client's request) with the decoding settings its logged
+    rewrite changed, for readers that judge how the request decoded (the learner)."""
+    changes = rewrite.get("changes") if isinstance(rewrite, Mapping) else None
+    if not isinstance(changes, Mapping) or not changes:
+        return features
+    sent = dict(features)
+    if isinstance(changes.get("temperature"), (int, float)):
+        sent["temperature"] = float(changes["temperature"])
+    thinking = changes.get("thinking")
+    if not isinstance(thinking, bool) and isinstance(changes.get("model"), str):
+        thinking = _MODEL_THINKING.get(changes["model"].lower())
+    if isinstance(thinking, bool):
+        sent["thinking"], sent["thinking_unset"] = thinking, False
+    return sent
+
+
 # Model aliases that select a thinking mode (ds4), as `classifiers.features` reads them.
 _MODEL_THINKING: Final[Mapping[str, bool]] = {"deepseek-chat": False, "deepseek-reasoner": True}

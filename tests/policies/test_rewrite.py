@@ -98,3 +98,21 @@ def test_features_describe_the_request_as_sent() -> None:
     assert (sent.temperature, sent.greedy, sent.max_tokens) == (0, True, 100)
     assert sent.n_messages == features.n_messages
     assert rewritten_features(features, None) is features
+
+
+def test_the_learner_reads_a_rewritten_request_as_it_decoded() -> None:
+    from policies.observation import observation_from_log
+
+    record = {
+        "features": {"temperature": -1, "thinking": False, "thinking_unset": True},
+        "classifier": {"class": "chat", "lang": "en", "p_spec": 0.3},
+        "decision": {"profile": "plain"},
+        "outcome": {"status": 200, "profile": "plain", "completion_tokens": 40, "decode_tps": 14.0},
+    }
+    plain = observation_from_log(record)
+    assert plain is not None and plain.thinking is None and plain.temperature == -1
+    rewritten = observation_from_log({**record, "rewrite": {
+        "label": "model=deepseek-chat,temperature=0",
+        "changes": {"model": "deepseek-chat", "temperature": 0.0}}})
+    assert rewritten is not None
+    assert (rewritten.thinking, rewritten.temperature) == (False, 0.0)

@@ -128,3 +128,26 @@ def test_learn_writes_the_arms_next_to_the_learned_state(
     state = arms_from_json((tmp_path / "p.arms.json").read_text())
     assert state.n_observations == 12
     assert state.stats["chat/en"][arm].n == 6 and state.stats["chat/en"]["plain"].n == 6
+
+
+def test_the_readme_s_pool_examples_are_valid() -> None:
+    """The YAML the README gives to copy validates as it stands."""
+    from policies.pools import pool_context
+    from policies.schema import Policy
+    from policies.yamlfile import parse_model
+    from router.config import Config
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Pools and rewrites", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
+    assert len(blocks) == 3
+    example, config_text, policy_text = blocks
+    policy = parse_model(example, Policy, path="README", context=pool_context(["bulk", "nothink"]))
+    assert len(policy.routes) == 4
+    config = parse_model(config_text, Config, path="README")
+    assert config.pools == {"nothink": ["ds4-plain"]}
+    ds4 = parse_model(policy_text, Policy, path="README", context=pool_context(config.pools))
+    shipped = parse_model(DS4_POLICY.read_text(), Policy, path="shipped",
+                          context=pool_context(config.pools))
+    assert ds4.routes == shipped.routes and ds4.overrides == shipped.overrides
+    assert ds4.assume == shipped.assume
