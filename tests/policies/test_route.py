@@ -43,11 +43,11 @@ def _scores(cls: str, p_spec: float = 0.5, lang: str = "en") -> Scores:
         ("routes:\n  chat: nothin\n", "p.yaml:2: routes.chat.pool: Value error, no pool named 'nothin'"),
         ("routes:\n  chat:\n    pool: nothink\n    rewrite: {thinking: false}\n",
          "p.yaml:4: routes.chat.rewrite: Value error, thinking: /v1/completions has no thinking"),
-        ("routes:\n  chat:\n    endpoints: [completions]\n    pool: plain\n"
-         "    rewrite: {max_tokens: 5, thinking: true}\n",
+        (("routes:\n  chat:\n    endpoints: [completions]\n    pool: plain\n"
+          "    rewrite: {max_tokens: 5, thinking: true}\n"),
          "p.yaml:5: routes.chat.rewrite: Value error, thinking: /v1/completions"),
-        ("routes:\n  chat:\n    endpoints: [completions]\n    arms:\n      - plain\n"
-         "      - {pool: nothink, rewrite: {thinking: false}}\n",
+        (("routes:\n  chat:\n    endpoints: [completions]\n    arms:\n      - plain\n"
+          "      - {pool: nothink, rewrite: {thinking: false}}\n"),
          "p.yaml:4: routes.chat.arms: Value error, 1.rewrite.thinking: /v1/completions"),
         ("routes:\n  chat:\n    pool: plain\n    rewrite: {temprature: 0}\n",
          "p.yaml:4: routes.chat.rewrite.temprature: unknown key"),

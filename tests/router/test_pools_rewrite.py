@@ -56,14 +56,13 @@ def _reply(state: FakeDs4, body: dict[str, Any]) -> bytes:
     thinking = body.get("thinking")
     mode = thinking.get("type") if isinstance(thinking, dict) else "default"
     text = f"{state.name} says hi ({body.get('model')}, thinking {mode})"
-    n = len(state.received)
+    n, model, words = len(state.received), body.get("model"), len(text.split())
     # a layout json.dumps would not write: relaying must keep it
     return (
-        '{ "id" : "chatcmpl-%d","object":"chat.completion" ,"created":0,"model":"%s",'
-        '"choices":[{"index":0,"message":{"role":"assistant","content":"%s"},'
-        '"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":%d,'
-        '"total_tokens":%d}}' % (n, body.get("model"), text, len(text.split()),
-                                 9 + len(text.split()))
+        f'{{ "id" : "chatcmpl-{n}","object":"chat.completion" ,"created":0,"model":"{model}",'
+        f'"choices":[{{"index":0,"message":{{"role":"assistant","content":"{text}"}},'
+        f'"finish_reason":"stop"}}],"usage":{{"prompt_tokens":9,"completion_tokens":{words},'
+        f'"total_tokens":{9 + words}}}}}'
     ).encode()
 
 
@@ -160,11 +159,10 @@ async def ds4(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[Ds
 
 
 async def _post(url: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
-        ) as response:
-            return response.status, dict(response.headers), await response.read()
+    async with aiohttp.ClientSession() as session, session.post(
+        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    ) as response:
+        return response.status, dict(response.headers), await response.read()
 
 
 async def test_casual_chat_goes_to_the_non_thinking_pool_as_deepseek_chat(ds4: Ds4Stack) -> None:

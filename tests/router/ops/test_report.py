@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import argparse
 from pathlib import Path
+from dataclasses import replace
 
 import pytest
 
