@@ -2,7 +2,8 @@
 
 Pure: no I/O, no clock, no globals. Wraps `policies.decide.decide`, in this order:
 1. The pins on the client's request (the `x-specroute-route` header, a model alias, an API
-   key) and a classifier failure: `decide` as always, the request sent unchanged.
+   key) and a classifier failure: `decide` as always, the request sent unchanged. A header
+   naming a named pool sends the request there, unchanged.
 2. The class route for the request's endpoint. A built-in route (`mtp | plain | auto`): `decide`
    as always, unchanged request.
 3. A pool route: an arm is chosen among the route's own arms (`policies.arms`), and its rewrite
@@ -62,12 +63,17 @@ def decide_route(
 ) -> Routed:
     """The arm and the instance for one request (see the module's docstring for the order)."""
     context = context or RequestContext()
+    header = context.header_route or ""
+    if policy.overrides.header and any(header in b.pools for b in backends):
+        decision = place_in_pool(header, "header", "overrides.header", backends, None)
+        return Routed(decision, header, header, None, pool_order(header, decision, backends))
     route, rule = (None, "")
     if scores is not None and not pinned_by_request(policy, context):
         route, rule = policy.class_route(scores.top_class, scores.lang, endpoint)
     if not isinstance(route, PoolRoute):
         decision = decide(policy, features, scores, backends, context, thresholds,
-                          learned=learned, draw=draw, held=held)
+                          learned=learned, draw=draw, held=held,
+                          route=(route, rule) if route is not None else None)
         return _unrewritten(decision, backends)
     assert scores is not None  # a class route needs the scores
     choice = choose_arm(

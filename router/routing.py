@@ -90,12 +90,7 @@ def plan_request(
         view = view_request(endpoint, body)
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
-    route = (header_route or "").strip().lower()
-    if route and route not in HEADER_ROUTES:
-        raise RequestError(
-            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header_route!r}",
-            param="x-specroute-route", code="invalid_route_header",
-        )
+    route = _header_route(header_route, backends)
     features = extract(view, count_tokens)
     scored = score_safely(scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
@@ -182,6 +177,21 @@ def record_for(
         overhead_ms=round(overhead, 3),
         content=content,
         rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
+    )
+
+
+def _header_route(header: str | None, backends: list[BackendState]) -> str:
+    """The `x-specroute-route` value: mtp, plain, auto or a named pool (any case); else a 400."""
+    route = (header or "").strip()
+    if route.lower() in HEADER_ROUTES:
+        return route.lower()
+    named = {pool.lower(): pool for b in backends for pool in b.pools}
+    if not route or route.lower() in named:
+        return named.get(route.lower(), "")
+    allowed = ", ".join([*HEADER_ROUTES, *sorted(named.values())])
+    raise RequestError(
+        400, f"x-specroute-route must be one of {allowed}; got {header!r}",
+        param="x-specroute-route", code="invalid_route_header",
     )
 
 

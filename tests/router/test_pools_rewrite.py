@@ -292,3 +292,17 @@ async def test_a_reload_naming_a_pool_the_config_lacks_keeps_the_good_policy(ds4
     status, headers, _ = await _post(f"{ds4.base_url}/chat/completions", json.dumps(prose).encode())
     assert status == 200 and headers["x-specroute-pool"] == "nothink"
     assert headers["x-specroute-rewrite"] == "none"  # a pool route with no rewrite
+
+
+async def test_the_header_may_name_a_pool_and_nothing_is_rewritten(ds4: Ds4Stack) -> None:
+    raw = CODE_BYTES
+    status, headers, _ = await _post(f"{ds4.base_url}/chat/completions", raw,
+                                     {"x-specroute-route": "NoThink"})
+    assert status == 200
+    assert (headers["x-specroute-backend"], headers["x-specroute-pool"]) == ("ds4-plain", "nothink")
+    assert headers["x-specroute-reason"] == "header" and headers["x-specroute-rewrite"] == "none"
+    assert ds4.plain.received == [raw]
+    status, _, body = await _post(f"{ds4.base_url}/chat/completions", raw,
+                                  {"x-specroute-route": "elsewhere"})
+    assert status == 400
+    assert "mtp, plain, auto, nothink" in json.loads(body)["error"]["message"]
