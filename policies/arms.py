@@ -137,12 +137,10 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
 
 
 def metric_for(arms: Sequence[Arm]) -> str:
-    """Decode rate when the arms send the same request (the answer is the same), else the total
-    time to the answer."""
-    labels = {arm.rewrite.label() if arm.rewrite is not None else "" for arm in arms}
-    if len(labels) == 1:
-        return METRIC_DECODE
-    return METRIC_TOTAL
+    """Decode rate when the arms' answers are alike in length (the same model, thinking mode and
+    cap; a temperature may differ), else the total time to the answer."""
+    shapes = {arm.rewrite.length_label() if arm.rewrite is not None else "" for arm in arms}
+    return METRIC_DECODE if len(shapes) == 1 else METRIC_TOTAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +210,8 @@ def _exploration(
         least = min(cold_others, key=lambda a: stats[a.key].n if a.key in stats else 0)
         return max(rate, COLD_START_SHARE), least
     runner = others[0]
+    if cold:  # only the default arm is short of samples: it gets them; the rest, the budget
+        return rate, runner
     chance = contrary_chance(stats[best.key], stats[runner.key], metric)
     if chance < CONCLUSIVE:
         return 0.0, runner

@@ -82,10 +82,10 @@ class Rewrite(BaseModel):
                 parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
         return ",".join(parts)
 
-    def changes_length(self) -> bool:
-        """Whether the answer's length may change (thinking, a cap): then arms are compared on
-        the time to the whole answer, not on decode rate."""
-        return self.thinking is not None or self.max_tokens is not None or self.model is not None
+    def length_label(self) -> str:
+        """The label of the fields that change the answer's length (a model alias, thinking, a
+        cap): arms that differ there are compared on the time to the whole answer."""
+        return Rewrite(model=self.model, thinking=self.thinking, max_tokens=self.max_tokens).label()
 
 
 def missing_fields(rewrite: Rewrite, endpoints: Iterable[str]) -> list[tuple[str, str]]:

@@ -76,6 +76,21 @@ def test_records_become_arm_stats_per_class_and_language() -> None:
 def test_same_answers_compare_on_decode_rate_different_answers_on_time() -> None:
     assert metric_for([MTP, THINKING]) == METRIC_DECODE
     assert metric_for([THINKING, NOTHINK]) == METRIC_TOTAL
+    greedy = Arm.model_validate({"pool": "mtp", "rewrite": {"temperature": 0}})
+    assert metric_for([THINKING, greedy]) == METRIC_DECODE  # a temperature keeps the length
+    capped = Arm.model_validate({"pool": "plain", "rewrite": {"max_tokens": 100}})
+    assert metric_for([THINKING, capped]) == METRIC_TOTAL
+
+
+def test_a_default_arm_short_of_samples_keeps_its_requests() -> None:
+    rows = _spread(NOTHINK.key, 40, 14.0, 2500.0) + _spread("plain", 3, 15.0, 20000.0)
+    state = _state(rows)
+    kept = choose_arm([THINKING, NOTHINK], state, "chat", "en", min_samples=30, rate=0.05,
+                      draw=0.5)
+    assert kept.arm == THINKING and not kept.trusted and kept.probability == 0.05
+    explored = choose_arm([THINKING, NOTHINK], state, "chat", "en", min_samples=30, rate=0.05,
+                          draw=0.01)
+    assert explored.arm == NOTHINK and explored.explored
 
 
 def test_time_to_the_answer_decides_between_rewrites() -> None:
