@@ -58,7 +58,10 @@ class Rewrite(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str | None = Field(None, min_length=1, description="set or replace `model`")
+    # printable ASCII, no spaces: the label goes into a response header
+    model: str | None = Field(
+        None, pattern=r"^[!-~]+$", max_length=200, description="set or replace `model`"
+    )
     thinking: bool | None = Field(
         None, description="true: thinking on; false: off (in the engine's own field)"
     )

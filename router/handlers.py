@@ -134,7 +134,7 @@ def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -
         "x-specroute-reason": plan.decision.reason,
         "x-specroute-overhead-ms": f"{overhead:.3f}",
         "x-specroute-request-id": plan.request_id,
-        "x-specroute-pool": plan.routed.pool if plan.routed is not None else plan.decision.profile,
+        "x-specroute-pool": plan.pool,
         "x-specroute-rewrite": plan.rewrite_header(),
     }
 

@@ -56,6 +56,11 @@ class RoutedRequest:
     def decision_record(self) -> dict[str, Any]:
         return self.routed.as_dict() if self.routed is not None else self.decision.as_dict()
 
+    @property
+    def pool(self) -> str:
+        """The pool asked for (`x-specroute-pool`)."""
+        return self.routed.pool if self.routed is not None else self.decision.profile
+
     def rewrite_header(self) -> str:
         """`x-specroute-rewrite`: the route's rewrite as applied, or `none`."""
         return self.rewrite.label if self.rewrite is not None else "none"

@@ -116,3 +116,12 @@ def test_the_learner_reads_a_rewritten_request_as_it_decoded() -> None:
         "changes": {"model": "deepseek-chat", "temperature": 0.0}}})
     assert rewritten is not None
     assert (rewritten.thinking, rewritten.temperature) == (False, 0.0)
+
+
+def test_a_model_name_must_fit_in_a_header() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        Rewrite(model="deep seek")
+    with pytest.raises(ValidationError):
+        Rewrite(model="模型")
