@@ -151,3 +151,30 @@ def test_the_readme_s_pool_examples_are_valid() -> None:
                           context=pool_context(config.pools))
     assert ds4.routes == shipped.routes and ds4.overrides == shipped.overrides
     assert ds4.assume == shipped.assume
+
+
+def test_explain_shows_what_each_arm_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from policies.arms import ArmObservation, learn_arms
+    from policies.armstore import write_arms
+
+    arm = "nothink+model=deepseek-chat,thinking=off"
+    chat = ("  chat:\n    pool: nothink\n    endpoints: [chat, messages, responses]\n"
+            "    rewrite: {model: deepseek-chat, thinking: false}\n")
+    arms = ("  chat:\n    endpoints: [chat, messages, responses]\n    arms:\n      - plain\n"
+            "      - {pool: nothink, rewrite: {model: deepseek-chat, thinking: false}}\n")
+    assert chat in DS4_POLICY.read_text()
+    config = _write(tmp_path, DS4_POLICY.read_text().replace(chat, arms))
+    observations = [ArmObservation("chat", "en", arm, 14.0 + i % 2, 2500.0 + i, 60)
+                    for i in range(40)]
+    observations += [ArmObservation("chat", "en", "plain", 15.0 + i % 2, 20000.0 + i, 600)
+                     for i in range(40)]
+    write_arms(tmp_path / "policies" / "ds4-gb10.arms.json", learn_arms(observations))
+    assert main(["policy", "check", "--config", str(config)]) == 0
+    assert main(["policy", "explain", "--config", str(config), "--learned",
+                 str(tmp_path / "none.learned.json")]) == 0
+    out = capsys.readouterr().out
+    assert "routes.chat (compared on time to the answer):" in out
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if "compared on time" in line)
+    assert lines[first + 1].split()[:2] == [arm, "40"]  # the faster answer ranks first
+    assert lines[first + 2].split()[:2] == ["plain", "40"]
