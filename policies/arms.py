@@ -37,7 +37,7 @@ class ArmObservation:
     cls: str
     lang: str
     arm: str  # the arm's key: pool, plus the rewrite's label
-    decode_tps: float
+    decode_tps: float | None  # None: not measured (a non-streamed reply without timings)
     total_ms: float
     completion_tokens: int
 
@@ -48,17 +48,22 @@ class ArmStats:
 
     arm: str
     n: int
-    decode_tps: float
+    decode_tps: float  # NaN when no request had a decode rate
     decode_se: float
     total_ms: float
     total_se: float
     completion_tokens: float
+    n_tps: int = 0  # requests with a decode rate
+
+    def samples(self, metric: str) -> int:
+        return self.n_tps if metric == METRIC_DECODE else self.n
 
     def value(self, metric: str) -> tuple[float, float]:
-        """(mean, standard error) of `metric`, oriented so that smaller is better."""
-        if metric == METRIC_DECODE:
-            return -self.decode_tps, self.decode_se
-        return self.total_ms, self.total_se
+        """(mean, standard error) of `metric`, oriented so that smaller is better (unmeasured:
+        worst)."""
+        mean, se = (-self.decode_tps, self.decode_se) if metric == METRIC_DECODE else (
+            self.total_ms, self.total_se)
+        return (mean, se) if math.isfinite(mean) else (math.inf, math.inf)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +73,12 @@ class ArmsState:
     stats: Mapping[str, Mapping[str, ArmStats]] = field(default_factory=dict)
     n_observations: int = 0
 
-    def for_class(self, cls: str, lang: str, arms: Sequence[str], min_samples: int) -> dict[str, ArmStats]:
+    def for_class(
+        self, cls: str, lang: str, arms: Sequence[str], min_samples: int, metric: str = METRIC_TOTAL
+    ) -> dict[str, ArmStats]:
         """The language's stats when every arm has `min_samples` there, else the class's."""
         own = self.stats.get(f"{cls}/{lang}", {})
-        if arms and all(own.get(a, _EMPTY).n >= min_samples for a in arms):
+        if arms and all(own.get(a, _EMPTY).samples(metric) >= min_samples for a in arms):
             return {a: own[a] for a in arms}
         pooled = self.stats.get(f"{cls}/{ANY_LANG}", {})
         return {a: pooled[a] for a in arms if a in pooled}
@@ -92,12 +99,13 @@ def arm_observation_from_log(data: Mapping[str, Any]) -> ArmObservation | None:
         tokens = int(outcome.get("completion_tokens") or 0)
         if outcome.get("status") != 200 or outcome.get("client_disconnected"):
             return None
-        if not arm or not classifier.get("class") or tokens < 1 or not tps > 0 or not total > 0:
+        if not arm or not classifier.get("class") or tokens < 1 or not total > 0:
             return None
-        if not (math.isfinite(tps) and math.isfinite(total)):
+        if not math.isfinite(total):
             return None
+        rate = tps if tps > 0 and math.isfinite(tps) else None
         return ArmObservation(
-            str(classifier["class"]), str(classifier.get("lang") or "en"), arm, tps, total, tokens
+            str(classifier["class"]), str(classifier.get("lang") or "en"), arm, rate, total, tokens
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -118,14 +126,17 @@ def learn_arms(observations: Iterable[ArmObservation]) -> ArmsState:
 
 
 def _stats(arm: str, group: Sequence[ArmObservation]) -> ArmStats:
-    tps_mean, tps_se = _mean_se([o.decode_tps for o in group])
+    rates = [o.decode_tps for o in group if o.decode_tps is not None]
+    tps_mean, tps_se = _mean_se(rates)
     total_mean, total_se = _mean_se([o.total_ms for o in group])
     tokens = sum(o.completion_tokens for o in group) / len(group)
-    return ArmStats(arm, len(group), tps_mean, tps_se, total_mean, total_se, tokens)
+    return ArmStats(arm, len(group), tps_mean, tps_se, total_mean, total_se, tokens, len(rates))
 
 
 def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
+    if n == 0:
+        return math.nan, math.inf
     mean = sum(values) / n
     if n < 2:
         return mean, math.inf
@@ -170,8 +181,8 @@ def choose_arm(
     metric = metric_for(arms)
     if len(arms) == 1:
         return ArmChoice(arms[0], False, 0.0, False, metric, draw)
-    stats = state.for_class(cls, lang, [a.key for a in arms], min_samples)
-    counts = {a.key: stats[a.key].n if a.key in stats else 0 for a in arms}
+    stats = state.for_class(cls, lang, [a.key for a in arms], min_samples, metric)
+    counts = {a.key: stats[a.key].samples(metric) if a.key in stats else 0 for a in arms}
     cold = [a for a in arms if counts[a.key] < min_samples]
     ranked = rank_arms(arms, stats, metric) if not cold else list(arms)
     best, others = ranked[0], ranked[1:]
@@ -207,7 +218,7 @@ def _exploration(
         return 0.0, None
     cold_others = [a for a in cold if a.key != best.key]
     if cold_others:
-        least = min(cold_others, key=lambda a: stats[a.key].n if a.key in stats else 0)
+        least = min(cold_others, key=lambda a: stats[a.key].samples(metric) if a.key in stats else 0)
         return max(rate, COLD_START_SHARE), least
     runner = others[0]
     if cold:  # only the default arm is short of samples: it gets them; the rest, the budget
@@ -274,4 +285,5 @@ def _stats_from(s: Mapping[str, Any]) -> ArmStats:
         total_ms=number("total_ms", math.nan),
         total_se=number("total_se", math.inf),
         completion_tokens=number("completion_tokens", math.nan),
+        n_tps=int(s.get("n_tps") or 0),
     )

@@ -48,7 +48,8 @@ def describe_arms(state: ArmsState, policy: Policy) -> list[str]:
     for rule, route, cls, lang in routes:
         arms = route.choices
         metric = metric_for(arms)
-        stats = state.for_class(cls, lang, [a.key for a in arms], policy.exploration.min_samples)
+        stats = state.for_class(cls, lang, [a.key for a in arms], policy.exploration.min_samples,
+                                metric)
         ranked = rank_arms(arms, stats, metric) if stats else list(arms)
         by = "decode rate" if metric == "decode_tps" else "time to the answer"
         lines.append(f"  {rule} (compared on {by}):")

@@ -8,6 +8,7 @@ speculation loses everywhere, and the question is what the same traffic does on 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,10 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 def _arms_markdown(rows: Sequence[ArmRow]) -> list[str]:
     """The arms beyond mtp and plain: each pool and rewrite a route sent requests to."""
     lines = [
@@ -125,7 +130,8 @@ def _arms_markdown(rows: Sequence[ArmRow]) -> list[str]:
     for row in rows:
         lines.append(
             f"| {row.cls} | {row.arm} | {row.requests} | {row.share:.0%} "
-            f"| {row.decode_tps:.2f} | {row.total_ms:.0f} | {row.completion_tokens:.0f} |"
+            f"| {_f(_finite(row.decode_tps), '{:.2f}')} | {row.total_ms:.0f} "
+            f"| {row.completion_tokens:.0f} |"
         )
     lines += ["", ("Arms that send the same request are compared on decode rate; arms whose "
                    "rewrite changes the answer (thinking, model alias, length cap) on the time "

@@ -8,7 +8,6 @@ with the `nothink` pool, and the real openai SDK talks to it.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ from aiohttp.test_utils import TestServer
 from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
+from router.learning import learn_arms_now
+from router.state import ARMS
 from router.config import Config, Limits, LogConfig, SupervisorConfig
 from router.state import Deps
 from tests.router.conftest import ListSink, ServerFactory
@@ -132,11 +133,20 @@ class Ds4Stack:
 
 @pytest.fixture
 async def ds4(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[Ds4Stack]:
+    yield await start_ds4(aiohttp_server, tmp_path)
+
+
+async def start_ds4(
+    aiohttp_server: ServerFactory, tmp_path: Path, *, policy_text: str | None = None,
+    draws: list[float] | None = None,
+) -> Ds4Stack:
+    """The proxy with the ds4 policy (or `policy_text`) in front of two fake ds4 servers;
+    `draws`: the exploration draws, in turn (None: no exploration)."""
     mtp, plain = FakeDs4("ds4-mtp"), FakeDs4("ds4-plain")
     mtp_server = await aiohttp_server(fake_ds4_app(mtp))
     plain_server = await aiohttp_server(fake_ds4_app(plain))
     policy = tmp_path / "ds4-gb10.yaml"
-    shutil.copy(DS4_POLICY, policy)
+    policy.write_text(policy_text or DS4_POLICY.read_text(encoding="utf-8"), encoding="utf-8")
     config = Config(
         backends=[
             BackendSpec(name="ds4-mtp", engine="ds4", profile="mtp",
@@ -154,8 +164,10 @@ async def ds4(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[Ds
         supervisor=SupervisorConfig(log_dir=str(tmp_path / "backends"), startup_probe=False),
     )
     sink = ListSink()
-    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,), explore=False)))
-    yield Ds4Stack(proxy, mtp, plain, sink, policy)
+    turns = iter(draws or [])
+    deps = Deps(sinks=(sink,), explore=draws is not None, random=lambda: next(turns))
+    proxy = await aiohttp_server(create_app(config, deps=deps))
+    return Ds4Stack(proxy, mtp, plain, sink, policy)
 
 
 async def _post(url: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -306,3 +318,32 @@ async def test_the_header_may_name_a_pool_and_nothing_is_rewritten(ds4: Ds4Stack
                                   {"x-specroute-route": "elsewhere"})
     assert status == 400
     assert "mtp, plain, auto, nothink" in json.loads(body)["error"]["message"]
+
+
+async def test_a_route_s_arms_are_explored_within_the_route_and_learned(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    chat = ("  chat:\n    pool: nothink\n    endpoints: [chat, messages, responses]\n"
+            "    rewrite: {model: deepseek-chat, thinking: false}\n")
+    arms = ("  chat:\n    endpoints: [chat, messages, responses]\n    arms:\n      - plain\n"
+            "      - {pool: nothink, rewrite: {model: deepseek-chat, thinking: false}}\n")
+    text = DS4_POLICY.read_text(encoding="utf-8")
+    assert chat in text
+    draws = [0.1, 0.9, 0.3, 0.7, 0.2, 0.8]  # cold start: below 0.5 explores the other arm
+    stack = await start_ds4(aiohttp_server, tmp_path, policy_text=text.replace(chat, arms),
+                            draws=draws)
+    seen = []
+    for i, _ in enumerate(draws):
+        headers = {"x-specroute-conversation": f"c{i}"}
+        async with stack.client(default_headers=headers) as client:
+            raw = await client.chat.completions.with_raw_response.create(**CASUAL)  # type: ignore[call-overload]
+        seen.append(raw.headers["x-specroute-rewrite"])
+    assert seen == ["model=deepseek-chat,thinking=off", "none"] * 3
+    arm = "nothink+model=deepseek-chat,thinking=off"
+    assert [r.decision["arm"] for r in stack.sink.records] == [arm, "plain"] * 3
+    assert [r.decision["explored"] for r in stack.sink.records] == [True, False] * 3
+    assert stack.mtp.received == []  # never outside the route's arms
+    learn_arms_now(stack.proxy.app)
+    stats = stack.proxy.app[ARMS].state.stats["chat/en"]
+    assert (stats[arm].n, stats["plain"].n) == (3, 3)
+    assert (tmp_path / "ds4-gb10.arms.json").exists()
