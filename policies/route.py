@@ -26,7 +26,7 @@ from classifiers.scores import Scores
 from policies.arms import EMPTY_ARMS, ArmsState, choose_arm
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
 from policies.learned import LearnedState
-from policies.pools import BUILTIN_POOLS, Arm, PoolRoute
+from policies.pools import BUILTIN_POOLS, PoolRoute
 from policies.rewrite import Rewrite, rewritten_features
 from policies.schema import Policy, Route
 from policies.sessions import Held
@@ -155,8 +155,3 @@ def _route_word(pool: str) -> Route:
 def _least_busy(candidates: Iterable[BackendState]) -> BackendState | None:
     pool = sorted(candidates, key=lambda b: (b.inflight, b.name))
     return pool[0] if pool else None
-
-
-def arm_of(route: PoolRoute, key: str) -> Arm | None:
-    """The route's arm named `key` (for explaining a logged decision)."""
-    return next((a for a in route.choices if a.key == key), None)
