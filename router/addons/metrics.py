@@ -6,7 +6,7 @@ Durations are exported in seconds (Prometheus base units); the record's `overhea
 drafted and accepted tokens whose rate ratio is the pooled acceptance Grafana plots.
 Labels are positional in the calls below because one of them is named `class`.
 Label values are bounded sets (classes, languages, profiles, configured backends, policy reason
-codes, HTTP statuses); free text (error messages) never becomes a label.
+codes, HTTP statuses, the pools and arms the policy names); free text (error messages) never becomes a label.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class Metrics:
         self.policy_reloads = Counter(
             "policy_reloads", "Policy and learned-threshold reloads, by result (ok, failed)",
             ["result"], namespace=ns, registry=reg)
+        self.arm_requests = Counter(
+            "arm_requests", "Requests by class, pool and arm (pool plus the route's rewrite)",
+            ["class", "pool", "arm"], namespace=ns, registry=reg)
         self.threshold = Gauge(
             "learned_threshold", "Learned p_spec threshold by class/lang key",
             ["key"], namespace=ns, registry=reg)
@@ -107,6 +110,8 @@ class Metrics:
             self.draft_accepted.labels(cls).inc(outcome.draft_accepted or 0)
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
+        pool = str(record.decision.get("pool") or profile)
+        self.arm_requests.labels(cls, pool, str(record.decision.get("arm") or pool)).inc()
 
     def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
         self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)
