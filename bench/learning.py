@@ -1,7 +1,7 @@
 """Does the learner find the faster instance per class, and how close does it get to an oracle?
 
-    .venv/bin/python bench/learning.py gb10  [--pool 600] [--requests 4000]
-    .venv/bin/python bench/learning.py local [--pool 60]  [--requests 3000] [--pair qwen]
+    .venv/bin/python -m bench.learning gb10  [--pool 600] [--requests 4000]
+    .venv/bin/python -m bench.learning local [--pool 60]  [--requests 3000] [--pair qwen]
 
 Two backends: `gb10` starts two simulated engines (backends/local/simulator.py) paced by the GB10 cost
 model, with per-class acceptance set so that the model gives the published speedups (agent
@@ -34,8 +34,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backends.local.simulator import CostModel, SimState, create_sim_app
 from bench.mixed_workload import BenchRequest, class_of, make_requests

@@ -1,4 +1,4 @@
-"""The learning benchmark through the real router: `bench/learning.py gb10 --through-router`.
+"""The learning benchmark through the real router: `python -m bench.learning gb10 --through-router`.
 
 The same mixed workload, first measured directly on both simulated GB10 engines (the oracle's
 table), then sent request by request through `router.app.create_app` (rules classifier,
@@ -38,9 +38,11 @@ from bench.learning import (
     measure_pool,
 )
 from bench.mixed_workload import BenchRequest, make_requests
-from policies.commands import learn_to_file, read_jsonl_observations
+from decisionlog.readers import read_records
 from policies.learned import LearnedState
+from policies.observation import observations
 from policies.schema import Policy
+from policies.store import learn_to_file, learned_path_for
 from router.app import create_app
 from router.config import Config, LearnConfig, LogConfig
 from router.serve import start_site
@@ -177,10 +179,8 @@ async def _relearn(
     app: object, log_path: Path, policy: Policy, policy_path: Path, created: str
 ) -> None:
     """What `specroute learn LOG` does, then wait (bounded) until the router has reloaded it."""
-    from policies.store import learned_path_for
-
-    observations = list(read_jsonl_observations([str(log_path)]))
-    learn_to_file(observations, policy, learned_path_for(policy_path), created=created)
+    records = read_records([log_path])
+    learn_to_file(observations(records), policy, learned_path_for(policy_path), created=created)
     store = app[POLICY]  # type: ignore[index]
     for _ in range(100):
         if store.learned.created == created:

@@ -1,7 +1,7 @@
 """The proxy's added latency: the same simulated backend, called directly and through specroute,
 interleaved in one run (this machine is noisy), reported as medians and a ratio.
 
-    .venv/bin/python bench/proxy_overhead.py [--requests 200] [--stream]
+    .venv/bin/python -m bench.proxy_overhead [--requests 200] [--stream]
 
 Bounded: at most --requests pairs and --max-seconds of wall time.
 """
@@ -11,20 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.local.simulator import SimState, create_sim_app  # noqa: E402
-from backends.spec import BackendSpec  # noqa: E402
+from backends.local.simulator import SimState, create_sim_app
+from backends.spec import BackendSpec
 from router.app import create_app
-from router.state import Deps  # noqa: E402
-from router.config import Config, LogConfig  # noqa: E402
-from router.serve import start_site  # noqa: E402
+from router.config import Config, LogConfig
+from router.serve import start_site
+from router.state import Deps
 
 BODY = {
     "model": "sim-model",

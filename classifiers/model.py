@@ -20,12 +20,12 @@ import numpy.typing as npt
 from classifiers import artifact
 from classifiers.artifact import ArtifactError
 from classifiers.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, Features
+from classifiers.language import guess_lang
 from classifiers.ngrams import HashSettings, hashed
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
 
-__all__ = ["DEFAULT_ARTIFACT", "ArtifactError", "TrainedScorer", "guess_lang", "load_artifact",
-           "numeric_row"]
+__all__ = ["DEFAULT_ARTIFACT", "ArtifactError", "TrainedScorer", "load_artifact", "numeric_row"]
 
 DEFAULT_ARTIFACT: Final = Path(__file__).parent / "artifacts" / "workload-lr.npz"
 
@@ -42,18 +42,6 @@ def numeric_row(values: Sequence[float]) -> FloatArray:
     """Features as the model reads them (before standardising)."""
     row = np.asarray(values, dtype=np.float32)
     return np.where(_LOG_MASK, np.log1p(np.maximum(row, 0.0)), row).astype(np.float32)
-
-
-def guess_lang(view: RequestView, features: Features) -> str:
-    """zh/ja/ko by script share of the user's text, else en (cheap: a 200-character look)."""
-    if features.cjk_share < 0.15:
-        return "en"
-    head = view.last_user_text[:200]
-    if sum(1 for ch in head if 0xAC00 <= ord(ch) <= 0xD7AF) >= 3:
-        return "ko"
-    if sum(1 for ch in head if 0x3040 <= ord(ch) <= 0x30FF) >= 3:
-        return "ja"
-    return "zh"
 
 
 @dataclass(frozen=True, slots=True)

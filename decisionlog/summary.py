@@ -12,6 +12,7 @@ measured tokens/s on one profile only; it is an estimate from class averages, no
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -168,8 +169,8 @@ def _finish(name: str, acc: _Accumulator) -> GroupSummary:
         tps_plain=tps["plain"],
         n_tps_mtp=acc.samples["mtp"],
         n_tps_plain=acc.samples["plain"],
-        ttft_p50_mtp=_median(acc.ttft_ms["mtp"]),
-        ttft_p50_plain=_median(acc.ttft_ms["plain"]),
+        ttft_p50_mtp=_median_or_none(acc.ttft_ms["mtp"]),
+        ttft_p50_plain=_median_or_none(acc.ttft_ms["plain"]),
         threshold=acc.threshold,
         gain_vs_always_mtp=_gain(all_tokens, routed_s, tps["mtp"], tps["plain"]),
         gain_vs_never_mtp=_gain(all_tokens, routed_s, tps["plain"], tps["mtp"]),
@@ -205,14 +206,8 @@ def _with_gains(pooled: GroupSummary, groups: Sequence[GroupSummary]) -> GroupSu
     )
 
 
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def parse_ts(ts: str) -> datetime | None:
@@ -251,4 +246,3 @@ def timeline(
         )
         for index, members in sorted(buckets.items())
     ]
-

@@ -1,6 +1,6 @@
 """The arms of a route: each (pool, rewrite) a policy route allows, measured and compared.
 
-Pure: decision-log records (JSON objects) in, an `ArmsState` out, and the choice of an arm for
+Pure: decision-log records in, an `ArmsState` out, and the choice of an arm for
 one request from that state and a uniform draw; no I/O, no clock, no globals.
 
 Arms that send the same request (the same rewrite, or none that changes the answer) produce the
@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from decisionlog.records import RouteRecord
 from policies.learned import normal_cdf
 from policies.pools import Arm
 
@@ -88,16 +89,16 @@ _EMPTY: Final = ArmStats("", 0, math.nan, math.inf, math.nan, math.inf, math.nan
 EMPTY_ARMS: Final = ArmsState()
 
 
-def arm_observation_from_log(data: Mapping[str, Any]) -> ArmObservation | None:
-    """From one decision-log record (a JSON object), or None when it taught nothing."""
+def arm_observation_from_record(record: RouteRecord) -> ArmObservation | None:
+    """From one decision-log record, or None when it taught nothing. Fields are as the reader
+    parsed them from a JSON line, so a value of the wrong type also gives None."""
+    outcome, classifier = record.outcome, record.classifier
     try:
-        outcome, classifier = data["outcome"], data["classifier"]
-        decision = data.get("decision") or {}
-        arm = str(decision.get("arm") or outcome.get("profile") or "")
-        tps = float(outcome.get("decode_tps") or outcome.get("backend_tps") or 0.0)
-        total = float(outcome.get("total_ms") or 0.0)
-        tokens = int(outcome.get("completion_tokens") or 0)
-        if outcome.get("status") != 200 or outcome.get("client_disconnected"):
+        arm = str(record.decision.get("arm") or outcome.profile or "")
+        tps = float(outcome.decode_tps or outcome.backend_tps or 0.0)
+        total = float(outcome.total_ms or 0.0)
+        tokens = int(outcome.completion_tokens or 0)
+        if outcome.status != 200 or outcome.client_disconnected:
             return None
         if not arm or not classifier.get("class") or tokens < 1 or not total > 0:
             return None
@@ -109,6 +110,15 @@ def arm_observation_from_log(data: Mapping[str, Any]) -> ArmObservation | None:
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def arm_observations(records: Iterable[RouteRecord]) -> Iterator[ArmObservation]:
+    """What the arms' comparison needs from each record; records that taught nothing are
+    dropped."""
+    for record in records:
+        observation = arm_observation_from_record(record)
+        if observation is not None:
+            yield observation
 
 
 def learn_arms(observations: Iterable[ArmObservation]) -> ArmsState:

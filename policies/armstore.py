@@ -15,6 +15,7 @@ from typing import Final
 import structlog
 
 from policies.arms import EMPTY_ARMS, ArmsState, ArmsStateError, arms_from_json, arms_to_json
+from policies.reload import Reloader
 
 ARMS_SUFFIX: Final = ".arms.json"
 
@@ -52,32 +53,30 @@ def write_arms(path: str | Path, state: ArmsState) -> None:
 
 
 class ArmsHolder:
-    """The arms' state in force; `reload_if_changed` picks up a file `specroute learn` wrote,
+    """The arms' state in force; `reload_if_changed` picks up a file `specroute learn` wrote
+    (`policies.reload`: a deleted file keeps the state in force, a bad one is logged once),
     `set` one the proxy's own learner computed."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._stamp = self._file_stamp()
+        self._file = Reloader(
+            self.path, _load_arms, errors=(OSError, ArmsStateError),
+            on_error=lambda exc: log.warning(
+                "arms_state_unreadable", file=str(self.path), error=str(exc)),
+        )
         self.state: ArmsState = read_arms(self.path) or EMPTY_ARMS
 
     def set(self, state: ArmsState) -> None:
         self.state = state
-        self._stamp = self._file_stamp()
+        self._file.mark_seen()
 
     def reload_if_changed(self) -> bool:
-        stamp = self._file_stamp()
-        if stamp is None or stamp == self._stamp:
-            return False
-        self._stamp = stamp
-        state = read_arms(self.path)
+        state = self._file.reload()
         if state is None:
             return False
         self.state = state
         return True
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+def _load_arms(path: Path) -> ArmsState:
+    return arms_from_json(path.read_text(encoding="utf-8"))

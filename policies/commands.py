@@ -1,9 +1,7 @@
 """The policy commands of the `specroute` CLI: `policy check`, `policy explain`, `learn`.
 
 The edge around the pure core: reads files, prints, reads the clock (to stamp learned state).
-`router.cli` calls `register(subparsers, read_observations=...)`; the reader of the decision
-log is injected because the log's schema lives in `router` (a plain JSON-lines reader is the
-default, for logs that are not rotated).
+`learn` reads the decision log through `decisionlog.readers`, rotated files included.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,27 +19,26 @@ from classifiers import rules
 from classifiers.features import Features, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
-from policies.arms import (
-    EMPTY_ARMS,
-    ArmObservation,
-    ArmsState,
-    arm_observation_from_log,
-    learn_arms,
-)
+from decisionlog.readers import read_records
+from policies.arms import EMPTY_ARMS, ArmObservation, ArmsState, arm_observations, learn_arms
 from policies.armstore import ARMS_SUFFIX, arms_path_for, read_arms, write_arms
 from policies.decide import BackendState, RequestContext
 from policies.explain import describe_policy, describe_request, describe_state
 from policies.explain_routes import describe_arms, describe_route
-from policies.learn import Observation, learn, observation_from_log
 from policies.learned import LearnedState
+from policies.observation import Observation, observations
 from policies.pools import pool_context, pools_named
 from policies.route import decide_route
 from policies.schema import Policy
-from policies.store import LEARNED_SUFFIX, PolicyStore, learned_path_for, write_learned
+from policies.store import (
+    DEFAULT_POLICY,
+    LEARNED_SUFFIX,
+    PolicyStore,
+    learn_to_file,
+    learned_path_for,
+)
 from policies.yamlfile import ConfigError, load_model
 
-ObservationReader = Callable[[list[str]], Iterable[Observation]]
-ArmReader = Callable[[list[str]], Iterable[ArmObservation]]
 Scorer = Callable[[RequestView, Features], Scores]
 
 
@@ -56,22 +53,17 @@ class ConfigFacts:
 
 ConfigReader = Callable[[str], ConfigFacts]
 Formatter: Final = argparse.ArgumentDefaultsHelpFormatter
-DEFAULT_POLICY: Final = str(Path(__file__).with_name("default.yaml"))
 
 
 def register(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     *,
-    read_observations: ObservationReader | None = None,
     score: Scorer | None = None,
     read_config: ConfigReader | None = None,
-    read_arm_observations: ArmReader | None = None,
 ) -> None:
     """Add `policy check`, `policy explain` and `learn` to the CLI. `score` classifies a
     request for `policy explain --request` (default: the rule-based scorer); `read_config`
     reads a config.yaml for `--config` (the pools a policy may name)."""
-    reader = read_observations or read_jsonl_observations
-    arm_reader = read_arm_observations or read_jsonl_arm_observations
     scorer = score or rules.score
     configs = read_config or _no_config
     policy = subparsers.add_parser(
@@ -124,7 +116,7 @@ def register(
     learn_parser.add_argument(
         "--out", default=None, help="learned state to write (default: next to the policy)"
     )
-    learn_parser.set_defaults(func=lambda args: learn_command(args, reader, arm_reader))
+    learn_parser.set_defaults(func=learn_command)
 
 
 def check_command(args: argparse.Namespace, read_config: ConfigReader) -> int:
@@ -217,75 +209,39 @@ def _no_config(path: str) -> ConfigFacts:
     raise ConfigError(path, [f"{path}: --config needs the specroute CLI (router) to read it"])
 
 
-def learn_command(args: argparse.Namespace, reader: ObservationReader, arm_reader: ArmReader) -> int:
+def learn_command(args: argparse.Namespace) -> int:
     try:
         policy = load_model(args.policy, Policy)
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     try:
-        observations = list(reader(list(args.logs)))
+        learned_from, arms_from = _observations(args.logs)
     except OSError as exc:
         print(f"specroute learn: cannot read the log: {exc}", file=sys.stderr)
         return 1
-    if not observations:
+    if not learned_from:
         print("specroute learn: no usable records in the log(s); nothing written", file=sys.stderr)
         return 1
     out = Path(args.out) if args.out else learned_path_for(args.policy)
-    state = learn_to_file(observations, policy, out, created=datetime.now(UTC).isoformat())
-    arms = learn_arms(arm_reader(list(args.logs)))
+    state = learn_to_file(learned_from, policy, out, created=datetime.now(UTC).isoformat())
+    arms = learn_arms(arms_from)
     write_arms(_arms_out(out), arms)
     print("\n".join(describe_state(state, policy, str(out)) + describe_arms(arms, policy)))
     return 0
+
+
+def _observations(logs: list[str]) -> tuple[list[Observation], list[ArmObservation]]:
+    """What the learner and the arms' comparison need, in one pass over the logs."""
+    learned_from: list[Observation] = []
+    arms_from: list[ArmObservation] = []
+    for record in read_records(logs):
+        learned_from += observations([record])
+        arms_from += arm_observations([record])
+    return learned_from, arms_from
 
 
 def _arms_out(learned_out: Path) -> Path:
     """Where the arms' stats go: beside the learned state (`x.learned.json` -> `x.arms.json`)."""
     stem = learned_out.name.removesuffix(LEARNED_SUFFIX).removesuffix(".json")
     return learned_out.with_name(stem + ARMS_SUFFIX)
-
-
-def learn_to_file(
-    observations: Iterable[Observation], policy: Policy, out: str | Path, *, created: str
-) -> LearnedState:
-    """Learn under `policy` and write the state atomically (the store then hot-reloads it).
-    The router's background task calls this too (in an executor: it writes a file)."""
-    state = learn(
-        observations,
-        min_samples=policy.exploration.min_samples,
-        assume=policy.assume,
-        created=created,
-    )
-    write_learned(out, state)
-    return state
-
-
-def read_jsonl_observations(paths: list[str]) -> Iterator[Observation]:
-    """Observations from plain JSON-lines decision logs; lines that are not records are
-    skipped."""
-    for path in paths:
-        with open(path, encoding="utf-8") as lines:
-            for line in lines:
-                data = _json_object(line)
-                observation = observation_from_log(data) if data is not None else None
-                if observation is not None:
-                    yield observation
-
-
-def read_jsonl_arm_observations(paths: list[str]) -> Iterator[ArmObservation]:
-    """What the arms' comparison needs, from plain JSON-lines decision logs."""
-    for path in paths:
-        with open(path, encoding="utf-8") as lines:
-            for line in lines:
-                data = _json_object(line)
-                observation = arm_observation_from_log(data) if data is not None else None
-                if observation is not None:
-                    yield observation
-
-
-def _json_object(line: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None

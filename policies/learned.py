@@ -120,7 +120,7 @@ EMPTY_STATE: Final = LearnedState("", 0, 0, 30, None, {})
 def predicted_speedup(
     acceptance: float, spec_share: float, t_plain: float, t_skip: float, t_verify: float
 ) -> float:
-    """Speedup of MTP-1 over plain decoding by the cost model of DESIGN.md."""
+    """Speedup of MTP-1 over plain decoding by the depth-1 cost model (ARCHITECTURE.md)."""
     skip = 1.0 - spec_share
     tokens_per_cycle = skip + spec_share * (1.0 + acceptance)
     cycle_ms = skip * t_skip + spec_share * t_verify

@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from backends.spec import BackendSpec
 from policies.pools import POOL_NAME, ROUTE_WORDS
+from policies.store import DEFAULT_POLICY
 from policies.yamlfile import ConfigError, load_model
 
 SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
-DEFAULT_POLICY = str(Path(__file__).resolve().parent.parent / "policies" / "default.yaml")
 
 
 class _Strict(BaseModel):

@@ -20,7 +20,15 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
-from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
+from router.routing import (
+    CONTENT_CAP,
+    Incoming,
+    RoutedRequest,
+    RoutingInputs,
+    plan_request,
+    record_for,
+    upstream_body,
+)
 
 ROUTED = {
     "/v1/chat/completions": "chat",
@@ -37,7 +45,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", models)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
 
 
@@ -54,22 +61,22 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     started = deps.clock()
     raw = await request.read()
     snapshot = app[state.POLICY].snapshot
-    plan = plan_request(
-        endpoint,
-        raw,
-        request_id=deps.new_request_id(),
+    incoming = Incoming(
+        endpoint, raw, request_id=deps.new_request_id(),
         header_route=request.headers.get("x-specroute-route"),
         conversation_hint=request.headers.get("x-specroute-conversation"),
+    )
+    plan = plan_request(incoming, RoutingInputs(
         policy=snapshot.policy,
         learned=snapshot.learned,
         scorer=app[state.SCORER].current,
-        count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
+        count_tokens=app[state.TOKENS],
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
         arms=app[state.ARMS].state,
         engine_of=lambda name: pool.runtime(name).spec.engine,
-    )
+    ))
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
@@ -87,12 +94,11 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
                                              text_cap=options.keep_text_chars))
     pool.begin(primary)
     try:
-        response, _ = await forward(
+        return await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
-            clock=deps.clock, started_at=started, options=options,
-            response_headers=lambda r: _route_headers(plan, r, started), result=result,
+            result=result, clock=deps.clock, options=options,
+            response_headers=lambda r: _route_headers(plan, r, started),
         )
-        return response
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
         raise
@@ -198,22 +204,15 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     default = config.default_backend_name
     healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
     body = await request.read() if request.can_read_body else None
-    response, result = await forward(
+    result = ForwardResult(meter=StreamMeter(started_at=started))
+    response = await forward(
         request, app[state.SESSION], pool.targets([default, *healthy]), request.path_qs.split("?")[0],
-        body, clock=deps.clock, started_at=started,
+        body, result=result, clock=deps.clock,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
     )
     for name in result.failover_from:
         pool.mark_failed(name, deps.clock(), result.error)
-    return response
-
-
-async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition of this app's registry."""
-    body, content_type = request.app[state.METRICS].render()
-    response = web.Response(body=body)
-    response.headers["Content-Type"] = content_type
     return response
 
 

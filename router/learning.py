@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import asdict
 from datetime import datetime
 
 import structlog
 from aiohttp import web
 
-from decisionlog.readers import read_observations, read_records
-from policies.arms import arm_observation_from_log, learn_arms
+from decisionlog.readers import iter_log_records
+from decisionlog.records import ReadStats
+from policies.arms import arm_observations, learn_arms
 from policies.armstore import write_arms
-from policies.commands import learn_to_file
 from policies.learned import LearnedState
+from policies.observation import observations
+from policies.store import learn_to_file
 from router.state import ARMS, CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
@@ -29,9 +30,12 @@ log = structlog.get_logger("specroute")
 def learn_now(app: web.Application, now: datetime) -> LearnedState:
     """Learn from the decision log under the policy in force; write the state atomically."""
     store = app[POLICY]
-    observations = list(read_observations([app[CONFIG].log.path]))
-    state = learn_to_file(observations, store.policy, store.learned_path, created=now.isoformat())
+    read = ReadStats()
+    records = iter_log_records([app[CONFIG].log.path], read)
+    state = learn_to_file(observations(records), store.policy, store.learned_path,
+                          created=now.isoformat())
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
+             log_read=read.summary(),
              trusted=sorted(k for k, b in state.beliefs.items() if b.trusted),
              path=str(store.learned_path))
     learn_arms_now(app)
@@ -42,8 +46,7 @@ def learn_arms_now(app: web.Application) -> None:
     """The arms' stats (each pool and rewrite a route allows) from the decision log, written
     next to the policy and put in force."""
     holder = app[ARMS]
-    found = (arm_observation_from_log(asdict(r)) for r in read_records([app[CONFIG].log.path]))
-    state = learn_arms(o for o in found if o is not None)
+    state = learn_arms(arm_observations(iter_log_records([app[CONFIG].log.path])))
     write_arms(holder.path, state)
     holder.set(state)
 

@@ -66,52 +66,64 @@ class RoutedRequest:
         return self.rewrite.label if self.rewrite is not None else "none"
 
 
-def plan_request(
-    endpoint: str,
-    raw: bytes,
-    *,
-    request_id: str,
-    header_route: str | None,
-    conversation_hint: str | None,
-    policy: Policy,
-    learned: LearnedState,
-    scorer: Scorer,
-    count_tokens: TokenCounter | None,
-    backends: list[BackendState],
-    draw: float | None,
-    held_for: Callable[[str], Held | None],
-    arms: ArmsState = EMPTY_ARMS,
-    engine_of: Callable[[str], str] = lambda name: "openai",
-) -> RoutedRequest:
-    """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
-    bad input.
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One request as it arrived: its endpoint, its bytes and the headers routing reads."""
+
+    endpoint: str
+    raw: bytes
+    request_id: str
+    header_route: str | None = None  # x-specroute-route
+    conversation_hint: str | None = None  # x-specroute-conversation
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingInputs:
+    """What a request is decided with, as it is at that moment.
 
     `draw` is a uniform random number for exploration (None: never explore); `held_for(key)`
     says where a conversation's prefix lives, for stickiness; `engine_of(backend)` says which
     engine a backend runs (a rewrite of thinking goes in that engine's own field).
     """
-    body = _parse_json(raw)
+
+    policy: Policy
+    learned: LearnedState
+    scorer: Scorer
+    count_tokens: TokenCounter | None
+    backends: list[BackendState]
+    draw: float | None
+    held_for: Callable[[str], Held | None]
+    arms: ArmsState = EMPTY_ARMS
+    engine_of: Callable[[str], str] = lambda name: "openai"
+
+
+def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
+    """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
+    bad input."""
+    body = _parse_json(incoming.raw)
     try:
-        view = view_request(endpoint, body)
+        view = view_request(incoming.endpoint, body)
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
-    route = _header_route(header_route, backends)
-    features = extract(view, count_tokens)
-    scored = score_safely(scorer, view, features)
+    route = _header_route(incoming.header_route, inputs.backends)
+    features = extract(view, inputs.count_tokens)
+    scored = score_safely(inputs.scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
-    conversation = conversation_key(view, conversation_hint)
+    conversation = conversation_key(view, incoming.conversation_hint)
     routed = decide_route(
-        policy, features, scored.scores, backends, context, learned.thresholds(),
-        endpoint=endpoint, learned=learned, arms=arms, draw=draw, held=held_for(conversation),
+        inputs.policy, features, scored.scores, inputs.backends, context,
+        inputs.learned.thresholds(), endpoint=incoming.endpoint, learned=inputs.learned,
+        arms=inputs.arms, draw=inputs.draw, held=inputs.held_for(conversation),
     )
     rewrite = None
     if routed.rewrite is not None:
         first = routed.decision.backend or (routed.order[0] if routed.order else "")
-        rewrite = apply_rewrite(routed.rewrite, body, endpoint=endpoint, engine=engine_of(first))
+        rewrite = apply_rewrite(routed.rewrite, body, endpoint=incoming.endpoint,
+                                engine=inputs.engine_of(first))
     return RoutedRequest(
-        request_id=request_id, endpoint=endpoint,
+        request_id=incoming.request_id, endpoint=incoming.endpoint,
         body=rewrite.body if rewrite is not None else body, view=view, features=features,
-        scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
+        scores=scored.scores, scorer_name=inputs.scorer.name, scorer_error=scored.error,
         decision=routed.decision, order=routed.order, conversation=conversation,
         routed=routed, rewrite=rewrite,
     )

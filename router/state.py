@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -19,8 +20,6 @@ from decisionlog.records import RouteRecord
 from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
-from router.addons.dashboard import RecentRecords
-from router.addons.metrics import Metrics
 from router.config import Config
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
@@ -52,10 +51,9 @@ SCORER = web.AppKey("scorer", ScorerHolder)
 POLICY = web.AppKey("policy", PolicyStore)
 SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
-TOKENS = web.AppKey("count_tokens", object)
+TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
-METRICS = web.AppKey("metrics", Metrics)
-RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
-TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled
+# work that must finish even if its request is cancelled
+TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

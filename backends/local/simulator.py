@@ -2,7 +2,7 @@
 
 It answers chat completions, completions, Anthropic messages, responses, models and embeddings,
 as JSON or SSE, emitting a deterministic reply (the same bytes whatever the profile, like real
-lossless speculation) at the pace of the depth-1 cost model from DESIGN.md:
+lossless speculation) at the pace of the depth-1 cost model (ARCHITECTURE.md):
 a plain step costs `t_plain`; with MTP-1, a cycle is skipped by the margin gate with
 probability `gate_skip` (one token, `t_plain + t_draft`) or verified (`t_verify + t_draft`,
 `1 + acceptance` tokens). Acceptance is per workload class, which `class_of(body)` decides.
@@ -30,7 +30,7 @@ WORDS = ["the", "of", "and", "to", "in", "is", "for", "that", "on", "with", "as"
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """Per-step costs in milliseconds; the defaults are a GB10 running ds4 (DESIGN.md)."""
+    """Per-step costs in milliseconds; the defaults are a GB10 running ds4 (ARCHITECTURE.md)."""
 
     t_plain_ms: float = 68.0
     t_verify_ms: float = 108.0

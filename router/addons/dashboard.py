@@ -2,9 +2,10 @@
 served from the `plotly` Python package: nothing comes from a CDN, the page works offline).
 
 The page polls `GET /dashboard/data.json` every few seconds. The numbers come from
-`decisionlog.summary` (the same aggregates `tail` and `report` print); this module only shapes them for
-the page and serves the files. Loopback clients only, unless `allow_remote` is set: the page shows
-traffic metadata the operator may not want to expose.
+`decisionlog.summary` (the same aggregates `tail` and `report` print); this module only shapes
+them for the page and serves the files. Loopback clients only, unless `allow_remote` is set: the
+page shows traffic metadata the operator may not want to expose. `DashboardAddon` puts it on the
+proxy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from decisionlog.arms import arm_rows
 from decisionlog.records import RouteRecord
 from decisionlog.summary import (
     GroupSummary,
@@ -36,6 +36,9 @@ from decisionlog.summary import (
     timeline,
     total,
 )
+from policies.arm_rows import arm_rows
+from router.addons.addon import Addon
+from router.state import DEPS, POLICY, POOL
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
 _NICE_BUCKETS_S: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
@@ -207,3 +210,31 @@ def add_dashboard_routes(
     app.router.add_get("/dashboard/data.json", data)
     app.router.add_get("/dashboard/dashboard.js", script)
     app.router.add_get("/dashboard/plotly.min.js", plotly)
+
+
+class DashboardAddon(Addon):
+    """`GET /dashboard` on the proxy: the last records, kept in a ring as they are logged, with
+    the backends' health and the learned thresholds read when the page asks."""
+
+    sink_name = "dashboard"
+
+    def __init__(self, maxlen: int = 5000) -> None:
+        self.recent = RecentRecords(maxlen)
+
+    def add_routes(self, app: web.Application) -> None:
+        add_dashboard_routes(app, records_source=self.recent.snapshot,
+                             status_source=lambda: app_status(app))
+
+    def write_record(self, record: RouteRecord) -> None:
+        self.recent.add(record)
+
+
+def app_status(app: web.Application) -> dict[str, Any]:
+    """What the dashboard shows besides the records: backend health and learned thresholds."""
+    backends = app[POOL].describe(app[DEPS].clock())
+    learned = app[POLICY].learned
+    thresholds = {
+        key: {"value": b.threshold, "uncertainty": b.se, "trusted": b.trusted}
+        for key, b in learned.beliefs.items()
+    }
+    return {"backends": backends, "thresholds": thresholds}

@@ -1,5 +1,6 @@
 """Prometheus metrics of one router app (`GET /metrics`), in a registry the app owns (no
-process-wide globals, so two apps in one process, as in tests, never share counts).
+process-wide globals, so two apps in one process, as in tests, never share counts). An add-on:
+the request path never calls it.
 
 Durations are exported in seconds (Prometheus base units); the record's `overhead_ms` and
 `ttft_ms` are converted. Acceptance is exported two ways: a per-request histogram, and counters of
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -25,6 +27,8 @@ from decisionlog.summary import (
     record_reason,
     record_tps,
 )
+from router.addons.addon import Addon
+from router.state import DEPS, POLICY, POOL, SUPERVISOR
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -131,3 +135,49 @@ class Metrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for the `/metrics` handler."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsAddon(Addon):
+    """`GET /metrics`: every record counted as it is logged; the app's state (backend health and
+    restarts, policy reloads, learned thresholds) read when Prometheus scrapes."""
+
+    sink_name = "metrics"
+
+    def __init__(self) -> None:
+        self.metrics = Metrics()
+        self._restarts_seen: dict[str, int] = {}
+        self._reloads_seen = {"ok": 0, "failed": 0}
+
+    def add_routes(self, app: web.Application) -> None:
+        async def serve(request: web.Request) -> web.Response:
+            self.refresh(request.app)
+            body, content_type = self.metrics.render()
+            response = web.Response(body=body)
+            response.headers["Content-Type"] = content_type
+            return response
+
+        app.router.add_get("/metrics", serve)
+
+    def write_record(self, record: RouteRecord) -> None:
+        self.metrics.observe(record)
+
+    def refresh(self, app: web.Application) -> None:
+        """Bring the series that follow the app's state up to date."""
+        metrics, now = self.metrics, app[DEPS].clock()
+        for backend in app[POOL].describe(now):
+            metrics.set_backend_health(
+                str(backend["name"]), str(backend["profile"]), bool(backend["healthy"])
+            )
+        supervisor = app.get(SUPERVISOR)
+        for name, status in (supervisor.statuses() if supervisor is not None else {}).items():
+            for _ in range(status.restarts - self._restarts_seen.get(name, 0)):
+                metrics.inc_backend_restart(name)
+            self._restarts_seen[name] = status.restarts
+        store = app[POLICY]
+        reloads = {"ok": store.counters.ok, "failed": sum(store.counters.failed.values())}
+        for result, count in reloads.items():
+            for _ in range(count - self._reloads_seen[result]):
+                metrics.policy_reload(ok=result == "ok")
+        self._reloads_seen = reloads
+        for key, threshold in store.learned.thresholds().items():
+            metrics.set_threshold(key, threshold)

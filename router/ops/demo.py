@@ -29,8 +29,9 @@ from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
 from policies.learned import LearnedState
+from policies.store import DEFAULT_POLICY
 from router.app import create_app, reload_once
-from router.config import DEFAULT_POLICY, Config, LogConfig, SupervisorConfig
+from router.config import Config, LogConfig, SupervisorConfig
 from router.learning import learn_now
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site

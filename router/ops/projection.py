@@ -2,7 +2,7 @@
 measurement): `specroute report --project-onto gb10|FILE.yaml`.
 
 Pure: the step-cost model (pydantic, validated once), the named presets, and the arithmetic,
-which is the learner's (`policies.learned.predicted_speedup`, DESIGN.md's depth-1 cost model):
+which is the learner's (`policies.learned.predicted_speedup`, ARCHITECTURE.md's depth-1 cost model):
 tokens per cycle `tau = s + (1 - s)(1 + a)`, speedup
 `tau * t_plain / (s (t_plain + t_draft) + (1 - s)(t_verify + t_draft))`, `s` the share of cycles
 the margin gate skips and `a` the acceptance on verified cycles.
@@ -39,7 +39,7 @@ class StepCosts(BaseModel):
         )
 
 
-# DESIGN.md, measured on a GB10 with ds4: plain decode ~13.7-15.6 tok/s (t_plain ~68 ms),
+# ARCHITECTURE.md, measured on a GB10 with ds4: plain decode ~13.7-15.6 tok/s (t_plain ~68 ms),
 # verify ~108 ms, draft ~4 ms, the margin gate skipping ~44% of cycles.
 PRESETS: Final[Mapping[str, StepCosts]] = {
     "gb10": StepCosts(name="gb10", t_plain_ms=68.0, t_verify_ms=108.0, t_draft_ms=4.0,

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from decisionlog.arms import ArmRow, arm_rows, has_extra_arms
+from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.summary import GroupSummary, by_class, by_class_lang, summarize, total
-from decisionlog.writer import iter_log_records
+from policies.arm_rows import ArmRow, arm_rows, has_extra_arms
 from policies.yamlfile import ConfigError, load_model
 from router.ops.projection import (
     Projection,

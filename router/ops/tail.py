@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, TextIO
 
+from decisionlog.readers import LogFollower, iter_lines
 from decisionlog.records import ReadStats, RouteRecord, parse_line
 from decisionlog.summary import (
     GroupSummary,
@@ -25,7 +26,7 @@ from decisionlog.summary import (
     record_tps,
     summarize,
 )
-from decisionlog.writer import LogFollower, iter_lines, rotated_set
+from decisionlog.writer import rotated_set
 
 CLEAR_BELOW: Final = "\x1b[J"
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from classifiers import artifact
-from classifiers.training import train
 from classifiers.artifact import ArtifactError
-from classifiers.training.data.build import read_corpus
 from classifiers.features import extract
 from classifiers.model import DEFAULT_ARTIFACT, load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import CLASSES
+from classifiers.training import train
+from classifiers.training.data.build import read_corpus
 
 
 def _score(path: Path, body: dict[str, object]) -> tuple[str, dict[str, float], float]:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
 
+from decisionlog.records import parse_lines
 from policies.arms import (
     EMPTY_ARMS,
     METRIC_DECODE,
     METRIC_TOTAL,
     ArmsState,
-    arm_observation_from_log,
+    arm_observations,
     arms_from_json,
     arms_to_json,
     choose_arm,
@@ -45,8 +47,11 @@ def _record(arm: str | None, tps: float, total_ms: float, *, cls: str = "chat",
 
 
 def _state(rows: list[dict[str, Any]]) -> ArmsState:
-    found = (arm_observation_from_log(r) for r in rows)
-    return learn_arms(o for o in found if o is not None)
+    """The arms' stats of log lines holding `rows`, through the decision log's own parser."""
+    lines = (json.dumps({"schema_version": 1, "ts": "2026-11-30T00:00:00.000Z",
+                         "request_id": "r", "endpoint": "chat", "features": {}, **r})
+             for r in rows)
+    return learn_arms(arm_observations(parse_lines(lines)))
 
 
 def _spread(arm: str, n: int, tps: float, total_ms: float, **kw: Any) -> list[dict[str, Any]]:

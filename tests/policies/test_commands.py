@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from policies.commands import DEFAULT_POLICY, register
+from decisionlog.records import Outcome, RouteRecord, to_json
+from policies.commands import register
 from policies.learn import Observation
 from policies.learned import NEVER, from_json
-from policies.store import learned_path_for
+from policies.store import DEFAULT_POLICY, learned_path_for
 from tests.policies import synthetic
 
 
@@ -24,19 +25,20 @@ def _run(argv: list[str]) -> int:
 
 
 def _log_line(o: Observation) -> str:
-    """A decision-log record (schema_version 1) carrying what the learner reads."""
-    return json.dumps({
-        "schema_version": 1,
-        "features": {"temperature": 0.0, "thinking": False, "thinking_unset": True},
-        "classifier": {"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
-        "decision": {"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
-        "outcome": {
-            "status": 200, "profile": o.profile, "completion_tokens": o.completion_tokens,
-            "decode_tps": o.decode_tps, "backend_tps": o.decode_tps, "draft_n": o.draft_n,
-            "draft_accepted": o.draft_accepted, "prompt_tokens": 400, "cached_tokens": 0,
-            "ttft_ms": 800.0,
-        },
-    })
+    """A decision-log record carrying what the learner reads, as the proxy writes it."""
+    return to_json(RouteRecord(
+        ts="2026-11-30T12:00:00.000Z", request_id="r", endpoint="chat", model="m", stream=True,
+        conversation="c",
+        features={"temperature": 0.0, "thinking": False, "thinking_unset": True},
+        classifier={"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
+        decision={"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
+        outcome=Outcome(
+            status=200, profile=o.profile, completion_tokens=o.completion_tokens,
+            decode_tps=o.decode_tps, backend_tps=o.decode_tps, draft_n=o.draft_n,
+            draft_accepted=o.draft_accepted, prompt_tokens=400, cached_tokens=0, ttft_ms=800.0,
+        ),
+        overhead_ms=0.5,
+    ))
 
 
 @pytest.fixture

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from policies.learn import Observation, fit_costs, learn, observation_from_log
+from decisionlog.records import parse_line
+from policies.learn import Observation, fit_costs, learn
 from policies.learned import NEVER, acceptance_for_speedup, predicted_speedup
+from policies.observation import observation_from_record
 from policies.schema import Assume
 from tests.policies import synthetic
 from tests.policies.synthetic import CPU_PAIR, GB10, Machine
@@ -169,6 +171,14 @@ def _record(**outcome: object) -> dict[str, object]:
         "decision": {"profile": "mtp"},
         "outcome": base,
     }
+
+
+def observation_from_log(data: dict[str, object]) -> Observation | None:
+    """The observation of one log line holding `data`, through the decision log's own parser."""
+    line = {"ts": "2026-11-30T00:00:00.000Z", "request_id": "r", "endpoint": "chat", **data}
+    record = parse_line(json.dumps(line))
+    assert record is not None
+    return observation_from_record(record)
 
 
 def test_observation_from_log_reads_a_record() -> None:

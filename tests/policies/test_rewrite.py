@@ -101,9 +101,10 @@ def test_features_describe_the_request_as_sent() -> None:
 
 
 def test_the_learner_reads_a_rewritten_request_as_it_decoded() -> None:
-    from policies.observation import observation_from_log
+    from tests.policies.test_learn import observation_from_log
 
-    record = {
+    record: dict[str, object] = {
+        "schema_version": 1,
         "features": {"temperature": -1, "thinking": False, "thinking_unset": True},
         "classifier": {"class": "chat", "lang": "en", "p_spec": 0.3},
         "decision": {"profile": "plain"},

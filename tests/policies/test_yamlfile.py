@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from policies.schema import Policy
 from policies.pools import pool_context
+from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model, parse_model
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
+from policies.store import DEFAULT_POLICY
 from router.app import reload_once
-from router.config import DEFAULT_POLICY
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
@@ -20,20 +20,21 @@ async def _route(base_url: str) -> str:
     global _calls
     _calls += 1
     headers = {"x-specroute-conversation": f"conv-{_calls}"}
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            f"{base_url}/chat/completions", json=GREEDY_TECH, headers=headers
-        ) as response:
-            assert response.status == 200
-            return response.headers["x-specroute-profile"]
+    async with aiohttp.ClientSession() as session, session.post(
+        f"{base_url}/chat/completions", json=GREEDY_TECH, headers=headers
+    ) as response:
+        assert response.status == 200
+        return response.headers["x-specroute-profile"]
 
 
 async def _metrics(port: int) -> str:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-            assert response.status == 200
-            assert response.content_type == "text/plain"
-            return await response.text()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        assert response.status == 200
+        assert response.content_type == "text/plain"
+        return await response.text()
 
 
 async def test_policy_edits_are_hot_reloaded_and_bad_ones_rejected(
@@ -66,8 +67,8 @@ async def test_metrics_count_requests(aiohttp_server: ServerFactory, tmp_path: P
     await _route(stack.base_url)
     await _route(stack.base_url)
     metrics = await _metrics(stack.proxy.port)
-    lines = [l for l in metrics.splitlines() if l.startswith("specroute_requests_total{")]
-    assert lines and sum(float(l.rsplit(" ", 1)[1]) for l in lines) == 2.0
+    lines = [line for line in metrics.splitlines() if line.startswith("specroute_requests_total{")]
+    assert lines and sum(float(line.rsplit(" ", 1)[1]) for line in lines) == 2.0
 
 
 async def test_a_conversation_stays_where_its_prefix_is(

@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 
 from backends.local.simulator import SimState
+from policies.store import DEFAULT_POLICY
 from router.app import reload_once
-from router.config import DEFAULT_POLICY
 from router.learning import learn_now
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH

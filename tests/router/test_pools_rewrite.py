@@ -22,10 +22,9 @@ from aiohttp.test_utils import TestServer
 from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
-from router.learning import learn_arms_now
-from router.state import ARMS
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.state import Deps
+from router.learning import learn_arms_now
+from router.state import ARMS, Deps
 from tests.router.conftest import ListSink, ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,9 +30,11 @@ TOOLS = [
 
 
 async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, json=body, headers=headers or {}) as response:
-            return response.status, dict(response.headers), await response.read()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers or {}) as response,
+    ):
+        return response.status, dict(response.headers), await response.read()
 
 
 async def test_chat_is_routed_by_policy_and_relayed_byte_for_byte(stack: Stack) -> None:
@@ -175,8 +178,7 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
                                      "pool", "arm"}
     assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last
-    with open(stack.config.log.path, encoding="utf-8") as log:
-        lines = log.read().splitlines()
+    lines = Path(stack.config.log.path).read_text(encoding="utf-8").splitlines()
     assert lines and json.loads(lines[-1])["request_id"] == stack.last.request_id
     assert secret not in "\n".join(lines)
 

@@ -4,7 +4,6 @@ Playwright); the screenshot is saved to tests/artifacts/dashboard.png."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -17,11 +16,17 @@ import pytest
 from aiohttp import web
 
 from backends.local.simulator import SimState
-from policies.learn import learn, observation_from_log
-from router.addons.dashboard import RecentRecords, _is_loopback, add_dashboard_routes, choose_bucket_s
-from decisionlog.arms import arm_rows
-from decisionlog.records import RouteRecord, to_json
+from decisionlog.records import RouteRecord
 from decisionlog.summary import summarize
+from policies.arm_rows import arm_rows
+from policies.learn import learn
+from policies.observation import observations
+from router.addons.dashboard import (
+    RecentRecords,
+    _is_loopback,
+    add_dashboard_routes,
+    choose_bucket_s,
+)
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -59,8 +64,7 @@ async def _real_run(aiohttp_server: ServerFactory, tmp_path: Path) -> tuple[Stac
 
 def _status(stack: Stack, records: list[RouteRecord]) -> dict[str, Any]:
     """Backends from the run's config; thresholds from the real learner over its records."""
-    observations = [observation_from_log(json.loads(to_json(r))) for r in records]
-    state = learn([o for o in observations if o is not None], min_samples=1)
+    state = learn(observations(records), min_samples=1)
     return {
         "backends": [{"name": b.name, "profile": b.profile, "healthy": b.profile == "mtp",
                       "inflight": 0, "restarts": 0} for b in stack.config.backends],

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from decisionlog.writer import DecisionLog
 from router.ops.commands import register
-from router.ops.projection import PRESETS, ProjectionError, StepCosts, break_even_acceptance, project
+from router.ops.projection import (
+    PRESETS,
+    ProjectionError,
+    StepCosts,
+    break_even_acceptance,
+    project,
+)
 from router.ops.report import PROJECTION_BANNER, load_costs, run_report
 from tests.decisionlog.examples import make_record
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from decisionlog.records import RouteRecord, to_json
 from decisionlog.writer import DecisionLog
 from router.ops.commands import register
-from decisionlog.records import RouteRecord, to_json
 from router.ops.tail import RecordFilter, Tail, TailOptions, format_record
 from tests.decisionlog.examples import make_record
 

@@ -8,10 +8,10 @@ is what the learner compares); no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from decisionlog.records import RouteRecord
-from policies.arms import ANY_LANG, arm_observation_from_log, learn_arms
+from policies.arms import ANY_LANG, arm_observations, learn_arms
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +27,7 @@ class ArmRow:
 
 def arm_rows(records: Iterable[RouteRecord]) -> list[ArmRow]:
     """One row per class and arm, classes by name, arms by requests (most first)."""
-    found = (arm_observation_from_log(asdict(r)) for r in records)
-    state = learn_arms(o for o in found if o is not None)
+    state = learn_arms(arm_observations(records))
     rows: list[ArmRow] = []
     for key, arms in sorted(state.stats.items()):
         cls, _, lang = key.partition("/")
