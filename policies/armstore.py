@@ -7,15 +7,13 @@ learned about arms yet (a bad file is logged and ignored, the state in force sta
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Final
 
 import structlog
 
 from policies.arms import EMPTY_ARMS, ArmsState, ArmsStateError, arms_from_json, arms_to_json
-from policies.reload import Reloader
+from policies.reload import Reloader, write_atomically
 
 ARMS_SUFFIX: Final = ".arms.json"
 
@@ -39,17 +37,7 @@ def read_arms(path: str | Path) -> ArmsState | None:
 
 
 def write_arms(path: str | Path, state: ArmsState) -> None:
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(arms_to_json(state))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, arms_to_json(state))
 
 
 class ArmsHolder:

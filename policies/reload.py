@@ -11,12 +11,30 @@ a value of its own (nothing learned yet).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 Signature = tuple[int, int, int]  # (inode, size, mtime_ns)
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write `text` so that a reader (a Reloader) sees the old file or the new, never half:
+    a temporary sibling, flushed to disk, then renamed over the target."""
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def signature(path: Path) -> Signature | None:

@@ -10,9 +10,7 @@ file in the same directory, then `os.replace`), so a reader never sees half a fi
 from __future__ import annotations
 
 import importlib.resources
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,7 @@ from policies.learn import learn
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
 from policies.observation import Observation
 from policies.pools import pool_context
-from policies.reload import Reloader
+from policies.reload import Reloader, write_atomically
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
@@ -154,17 +152,7 @@ def _read_learned(path: Path) -> LearnedState:
 
 def write_learned(path: str | Path, state: LearnedState) -> None:
     """Write the learned state so that a reader sees the old file or the new, never half."""
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(to_json(state))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, to_json(state))
 
 
 def learn_to_file(
