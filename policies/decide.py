@@ -11,12 +11,13 @@ response_format, class route); the first that pins a profile wins and is named i
 request, pinned or not: the healthy instance (of the pinned profile, when one is pinned and
 healthy) that will finish it soonest (`policies.finish`). It replaces thresholds, stickiness
 switches and load pricing: the queue, the cached prefix and the speedup are all terms of the
-predicted finish.
+predicted finish. `place` is that rule over any set of allowed instances: `policies.route` uses
+it for a named pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -24,7 +25,7 @@ from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.finish import Candidate, InFlight, queued_ms, soonest
 from policies.routemodel import RouteModel
-from policies.schema import Policy, Profile
+from policies.schema import Policy, Profile, Route
 from policies.sessions import Held
 from policies.speedup import Prediction, inputs
 
@@ -41,6 +42,7 @@ class BackendState:
     healthy: bool = True
     inflight: int = 0
     queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
+    pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,22 +94,47 @@ def decide(
     model: RouteModel,
     held: Held | None = None,
     z: float = 0.0,
+    route: tuple[Route, str] | None = None,
 ) -> Decision:
     """Pin a profile by the policy's rules (or not: `auto`), then the soonest predicted finish
     among the healthy instances allowed. `z`: a standard normal draw for Thompson sampling
-    (0: the posterior median, no exploration)."""
-    pin, reason, rule = route_rule(policy, features, scores, context)
+    (0: the posterior median, no exploration). `route` (route, rule), when given, stands for
+    the class route (`policies.route` passes a pool route's built-in arm)."""
+    pin, reason, rule = route_rule(policy, features, scores, context, route=route)
+    return place(
+        policy, features, scores, backends, lambda b: pin is None or b.profile == pin,
+        reason, rule, model=model, held=held, z=z, unserved=pin or policy.fallback,
+    )
+
+
+def place(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    allowed: Callable[[BackendState], bool],
+    reason: str,
+    rule: str,
+    *,
+    model: RouteModel,
+    held: Held | None,
+    z: float,
+    unserved: str,
+) -> Decision:
+    """The healthy instance `allowed` that will finish the request soonest; when none allowed
+    is healthy, the soonest of all healthy ones (`+unhealthy_failover`). `unserved`: the
+    decision's profile when no instance is healthy."""
     healthy = [b for b in backends if b.healthy]
-    allowed = [b for b in healthy if pin is None or b.profile == pin]
-    if pin is not None and not allowed and healthy:
-        allowed, reason = healthy, f"{reason}+unhealthy_failover"
+    eligible = [b for b in healthy if allowed(b)]
+    if not eligible and healthy:
+        eligible, reason = healthy, f"{reason}+unhealthy_failover"
     speedup = predict_speedup(policy, features, scores, model)
     tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
     sticky = held if held is not None and policy.stickiness.enabled else None
-    candidates = [candidate(b, features, model, speedup, z, sticky) for b in allowed]
+    candidates = [candidate(b, features, model, speedup, z, sticky) for b in eligible]
     choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
     if choice is None:
-        return Decision(pin or policy.fallback, "", "no_healthy_backend", rule)
+        return Decision(unserved, "", "no_healthy_backend", rule)
     chosen = choice.candidate
     return Decision(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
@@ -122,8 +149,11 @@ def route_rule(
     features: Features,
     scores: Scores | None,
     context: RequestContext = RequestContext(),
+    *,
+    route: tuple[Route, str] | None = None,
 ) -> tuple[Profile | None, str, str]:
-    """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order."""
+    """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order.
+    `route` (route, rule), when given, stands for the class route."""
     o = policy.overrides
     header = (context.header_route or "").strip().lower()
     if o.header and header in PROFILES:
@@ -143,9 +173,9 @@ def route_rule(
         return o.response_format[fmt], "response_format", f"overrides.response_format.{fmt}"
     if scores is None:
         return policy.fallback, "classifier_error", "fallback"
-    route, rule = policy.route_for(scores.top_class, scores.lang)
-    if route != "auto":
-        return route, "class", rule
+    class_route, rule = route or policy.route_for(scores.top_class, scores.lang)
+    if class_route != "auto":
+        return class_route, "class", rule
     return None, AUTO_REASON, rule
 
 

@@ -16,6 +16,7 @@ from classifiers.features import Features
 from classifiers.scores import CLASSES, Scores
 from policies.decide import Decision
 from policies.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.pools import PoolRoute, route_text
 from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
@@ -27,12 +28,12 @@ def describe_policy(policy: Policy) -> list[str]:
     def pairs(table: Mapping[str, str]) -> str:
         return ", ".join(f"{k} -> {v}" for k, v in sorted(table.items())) or "(none)"
 
-    routes = ", ".join(f"{c}: {r}" for c, r in policy.routes.items()) or "(none)"
+    routes = ", ".join(f"{c}: {route_text(r)}" for c, r in policy.routes.items()) or "(none)"
     formats = {str(k): v for k, v in o.response_format.items()}
     lines = [
         "Rules, in the order they are checked (the first that applies wins):",
         (
-            f"  1. overrides.header           x-specroute-route: mtp|plain "
+            f"  1. overrides.header           x-specroute-route: mtp|plain|a named pool "
             f"({'honoured' if o.header else 'ignored'})"
         ),
         f"  2. overrides.models           {pairs(o.models)}",
@@ -49,17 +50,32 @@ def describe_policy(policy: Policy) -> list[str]:
         f"  7. routes                     {routes}; default: {policy.default}",
     ]
     for lang, table in sorted(policy.languages.items()):
-        per_lang = ", ".join(f"{c}: {r}" for c, r in table.items())
+        per_lang = ", ".join(f"{c}: {route_text(r)}" for c, r in table.items())
         lines.append(f"     languages.{lang:<13} {per_lang}")
+    tables = [policy.routes, *policy.languages.values()]
+    if any(not isinstance(r, str) for table in tables for r in table.values()):
+        lines.append(
+            "     pool routes: a pin (1-3) wins; otherwise the route's rewrite is applied first,"
+            " 4-6 judge the request as sent, and apply only to the mtp, plain and auto pools"
+        )
     e, s = policy.exploration, policy.stickiness
     lines += [
         f"  classifier failure -> {policy.fallback}",
-        ("Then the healthy instance (of the pinned profile, if any) with the soonest predicted"
-        " finish: queued work + prefill of the uncached prompt + expected tokens x per-token time."),
+        ("Then the healthy instance (of the pinned profile or pool, if any) with the soonest"
+        " predicted finish: queued work + prefill of the uncached prompt + expected tokens x"
+        " per-token time."),
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
             f" at most {e.max_regret:.1%} of the request's best predicted finish."
         ),
+    ]
+    if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables
+           for r in table.values()):
+        lines.append(
+            f"Arms: a route's first arm until each has {e.min_samples} requests of the class,"
+            f" then the best measured; at most {e.arms_rate:.0%} of its requests try the others."
+        )
+    lines += [
         (
             f"Prefix cache: {'counted' if s.enabled else 'ignored'}; a conversation is forgotten"
             f" after {s.ttl_s:g} s idle; at most {s.max_conversations} remembered."

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Final
 
 # An in-flight request that has run past its predicted time is taken to need at least this
@@ -92,3 +93,10 @@ def _regret(chosen_ms: float, best_ms: float) -> float:
     if best_ms <= 0:
         return 0.0 if chosen_ms <= 0 else math.inf
     return chosen_ms / best_ms - 1.0
+
+
+def normal_draw(uniform: float | None) -> float:
+    """A standard normal draw from a uniform one (None: 0, the median)."""
+    if uniform is None:
+        return 0.0
+    return NormalDist().inv_cdf(min(max(uniform, 1e-9), 1.0 - 1e-9))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decisionlog.records import RouteRecord
+from policies.rewrite import logged_features_as_sent
 from policies.schema import Assume
 from policies.speedup import inputs as speedup_inputs
 
@@ -57,8 +58,9 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
     """An observation from one decision-log record, or None when the request taught nothing
     (failed, no tokens, no decode rate). Fields are as the reader parsed them from a JSON line,
     so a value of the wrong type also gives None."""
-    outcome, classifier, features = record.outcome, record.classifier, record.features
+    outcome, classifier = record.outcome, record.classifier
     try:
+        features = logged_features_as_sent(record.features, record.rewrite)
         profile = str(outcome.profile or record.decision.get("profile") or "")
         tokens = int(outcome.completion_tokens or 0)
         tps = float(outcome.backend_tps or outcome.decode_tps or 0.0)

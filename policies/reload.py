@@ -1,5 +1,5 @@
-"""Hot reload of a value kept in a file: how the policy store and the classifier's holder notice
-that a file changed and take in what it now holds.
+"""Hot reload of a value kept in a file: how the policy store, the classifier's holder and the
+arms' holder notice that a file changed and take in what it now holds.
 
 A file is looked at by its signature (inode, size, mtime_ns: `os.replace` changes the inode, so
 an editor's or `write_learned`'s atomic save is seen even within one mtime tick). A changed file
@@ -11,12 +11,30 @@ a value of its own (nothing learned yet).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 Signature = tuple[int, int, int]  # (inode, size, mtime_ns)
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write `text` so that a reader (a Reloader) sees the old file or the new, never half:
+    a temporary sibling, flushed to disk, then renamed over the target."""
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def signature(path: Path) -> Signature | None:
@@ -50,6 +68,10 @@ class Reloader(Generic[T]):
         self._on_error = on_error
         self._if_deleted = if_deleted
         self._seen = signature(path)
+
+    def mark_seen(self) -> None:
+        """The file as it is now counts as seen (the caller wrote it and holds its value)."""
+        self._seen = signature(self.path)
 
     def reload(self) -> T | None:
         """The file's new value if it changed since the last look and loads, else None."""

@@ -10,13 +10,11 @@ file in the same directory, then `os.replace`), so a reader never sees half a fi
 from __future__ import annotations
 
 import importlib.resources
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
@@ -24,7 +22,8 @@ from policies.learn import learn
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
 from policies.machine import GB10_DS4, MachinePrior, PriorFile, builtin_prior
 from policies.observation import Observation
-from policies.reload import Reloader
+from policies.pools import pool_context
+from policies.reload import Reloader, write_atomically
 from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
@@ -69,17 +68,25 @@ class PolicyStore:
     """Holds the current `Snapshot`; `reload_if_changed` swaps in new files that validate."""
 
     def __init__(
-        self, policy_path: str | Path, learned_path: str | Path | None = None, *, now: float = 0.0
+        self,
+        policy_path: str | Path,
+        learned_path: str | Path | None = None,
+        *,
+        now: float = 0.0,
+        pools: Iterable[str] = (),
     ) -> None:
         """Load both files; an invalid policy raises `ConfigError` (nothing to fall back to),
         a missing learned file means nothing learned yet, an invalid one is logged and
-        ignored."""
+        ignored. `pools`: the named pools of the config, which the policy's routes may name
+        (checked on load and on every reload)."""
         self.policy_path = Path(policy_path)
+        self._context = pool_context(pools)
         self.learned_path = Path(learned_path) if learned_path else learned_path_for(policy_path)
         self.counters = ReloadCounters()
         # A deleted policy keeps the policy in force; a deleted learned state: nothing learned.
         self._policy_file = Reloader(
-            self.policy_path, _read_policy, errors=(ConfigError,),
+            self.policy_path, lambda path: _read_policy(path, self._context),
+            errors=(ConfigError,),
             on_error=lambda exc: self._failed("policy", self.policy_path, exc),
         )
         self._learned_file = Reloader(
@@ -87,7 +94,7 @@ class PolicyStore:
             on_error=lambda exc: self._failed("learned", self.learned_path, exc),
             if_deleted=lambda: EMPTY_STATE,
         )
-        policy, prior = _read_policy(self.policy_path)
+        policy, prior = _read_policy(self.policy_path, self._context)
         self._snapshot = Snapshot(policy, self._initial_learned(), loaded_at=now, prior=prior)
 
     @property
@@ -148,8 +155,8 @@ class PolicyStore:
         )
 
 
-def _read_policy(path: Path) -> tuple[Policy, MachinePrior]:
-    policy = load_model(path, Policy)
+def _read_policy(path: Path, context: dict[str, Any]) -> tuple[Policy, MachinePrior]:
+    policy = load_model(path, Policy, context=context)
     return policy, load_prior(policy, path)
 
 
@@ -180,17 +187,7 @@ def _read_learned(path: Path) -> LearnedState:
 
 def write_learned(path: str | Path, state: LearnedState) -> None:
     """Write the learned state so that a reader sees the old file or the new, never half."""
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(to_json(state))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, to_json(state))
 
 
 def learn_to_file(

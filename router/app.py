@@ -18,6 +18,7 @@ from aiohttp import web
 
 from classifiers.features import TokenCounter
 from decisionlog.writer import DecisionLog
+from policies.armstore import ArmsHolder, arms_path_for
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router import handlers
@@ -31,6 +32,7 @@ from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
 from router.state import (
+    ARMS,
     CONFIG,
     DEPS,
     ONLINE,
@@ -56,13 +58,14 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     deps = deps or Deps()
     max_body = int(config.limits.max_body_mb * 2**20)
     app = web.Application(middlewares=[openai_errors], client_max_size=max_body)
-    store = PolicyStore(config.policy, now=deps.clock())
+    store = PolicyStore(config.policy, now=deps.clock(), pools=config.pools)
     stickiness = store.policy.stickiness
     app[CONFIG] = config
     app[DEPS] = deps
-    app[POOL] = BackendPool(config.backends)
+    app[POOL] = BackendPool(config.backends, pools=config.pools)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
     app[POLICY] = store
+    app[ARMS] = ArmsHolder(arms_path_for(config.policy))
     app[SESSIONS] = SessionTable(stickiness.max_conversations, stickiness.ttl_s)
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
     online = OnlineModel(store)  # the route model, updated as records are written
@@ -137,4 +140,5 @@ def reload_once(app: web.Application) -> None:
         stickiness = store.policy.stickiness
         app[SESSIONS].resize(stickiness.max_conversations, stickiness.ttl_s)
     app[SCORER].reload_if_changed()
+    app[ARMS].reload_if_changed()
     app[SESSIONS].expire(now)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from policies.commands import ConfigFacts
+
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 from router.config import Config, ConfigError, load_config
@@ -66,8 +68,8 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _registrars() -> list[Callable[[Subparsers], None]]:
-    """The `register` functions of the other packages' command modules (`backends` is handed
-    the config loader: the config's schema lives here, in `router`)."""
+    """The `register` functions of the other packages' command modules (`backends` and
+    `policies` are handed the config loader: the config's schema lives here, in `router`)."""
     from backends import commands as backend_commands
     from classifiers import commands as classifier_commands
     from policies import commands as policy_commands
@@ -76,9 +78,21 @@ def _registrars() -> list[Callable[[Subparsers], None]]:
     return [
         lambda sub: backend_commands.register(sub, load_config=lambda p: load_config(p).backends),
         classifier_commands.register,
-        policy_commands.register,
+        lambda sub: policy_commands.register(sub, read_config=_config_facts),
         ops_commands.register,
     ]
+
+
+def _config_facts(path: str) -> ConfigFacts:
+    """What `policy check | explain --config` need from a config.yaml."""
+    from policies.commands import ConfigFacts
+
+    config = load_config(path)
+    return ConfigFacts(
+        policy=config.policy,
+        pools={name: tuple(members) for name, members in config.pools.items()},
+        backends=tuple((b.name, b.profile, b.engine) for b in config.backends),
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -6,11 +6,13 @@ Relative paths in the file are resolved against the file's directory, so that
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from backends.spec import BackendSpec
+from policies.pools import POOL_NAME, ROUTE_WORDS
 from policies.store import DEFAULT_POLICY
 from policies.yamlfile import ConfigError, load_model
 
@@ -62,6 +64,11 @@ class LearnConfig(_Strict):
 class Config(_Strict):
     listen: Listen = Field(default_factory=Listen)
     backends: list[BackendSpec] = Field(..., min_length=1)
+    pools: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="named pools: name -> backend names (mtp and plain are built in: every "
+        "instance of that profile); a policy route may name one",
+    )
     default_backend: str = Field("", description="backend for other /v1/* paths (default: first)")
     policy: str = Field(DEFAULT_POLICY, description="routing policy YAML (hot-reloaded)")
     classifier: str = Field(
@@ -84,6 +91,25 @@ class Config(_Strict):
         if self.default_backend and self.default_backend not in names:
             raise ValueError(f"default_backend {self.default_backend!r} is not a backend name")
         return self
+
+    @field_validator("pools")
+    @classmethod
+    def _pools(cls, pools: dict[str, list[str]], info: ValidationInfo) -> dict[str, list[str]]:
+        names = {b.name for b in info.data.get("backends") or []}
+        for pool, members in pools.items():
+            if pool in ROUTE_WORDS or not re.match(POOL_NAME, pool):
+                raise ValueError(f"{pool!r} cannot name a pool (built in: mtp, plain; "
+                                 "reserved: auto; letters, digits, '_', '.', '-')")
+            if not members:
+                raise ValueError(f"pool {pool!r} lists no backends")
+            unknown = sorted(set(members) - names)
+            if unknown:
+                raise ValueError(f"pool {pool!r}: not backend names: {unknown}")
+        return pools
+
+    def pools_of(self, backend: str) -> frozenset[str]:
+        """The named pools `backend` belongs to."""
+        return frozenset(pool for pool, members in self.pools.items() if backend in members)
 
     @property
     def default_backend_name(self) -> str:

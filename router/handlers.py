@@ -74,6 +74,8 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
+        arms=app[state.ARMS].state,
+        engine_of=lambda name: pool.runtime(name).spec.engine,
     ))
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
@@ -138,6 +140,8 @@ def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -
         "x-specroute-reason": plan.decision.reason,
         "x-specroute-overhead-ms": f"{overhead:.3f}",
         "x-specroute-request-id": plan.request_id,
+        "x-specroute-pool": plan.pool,
+        "x-specroute-rewrite": plan.rewrite_header(),
     }
 
 

@@ -18,10 +18,12 @@ from aiohttp import web
 
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats
+from policies.arms import arm_observations, learn_arms
+from policies.armstore import write_arms
 from policies.learned import LearnedState
 from policies.observation import observations
 from policies.store import learn_to_file
-from router.state import CONFIG, DEPS, POLICY
+from router.state import ARMS, CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
 
@@ -37,7 +39,17 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
              log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
              plain_outcomes=state.evidence.plain_ms.n,
              through=state.evidence.through, path=str(store.learned_path))
+    learn_arms_now(app)
     return state
+
+
+def learn_arms_now(app: web.Application) -> None:
+    """The arms' stats (each pool and rewrite a route allows) from the decision log, written
+    next to the policy and put in force."""
+    holder = app[ARMS]
+    state = learn_arms(arm_observations(iter_log_records([app[CONFIG].log.path])))
+    write_arms(holder.path, state)
+    holder.set(state)
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:

@@ -8,7 +8,7 @@ per interval rather than one per request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -40,10 +40,21 @@ class BackendRuntime:
 
 
 class BackendPool:
-    def __init__(self, specs: Iterable[BackendSpec], *, retry_after_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        specs: Iterable[BackendSpec],
+        *,
+        retry_after_s: float = 5.0,
+        pools: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
         self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
         self._retry_after_s = retry_after_s
         self._tickets = count(1)
+        # backend -> the named pools it belongs to (config.yaml `pools`)
+        self._pools = {
+            name: frozenset(p for p, members in (pools or {}).items() if name in members)
+            for name in self._backends
+        }
 
     @property
     def names(self) -> list[str]:
@@ -54,7 +65,8 @@ class BackendPool:
 
     def states(self, now: float) -> list[BackendState]:
         return [
-            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight, b.queue(now))
+            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight, b.queue(now),
+                         self._pools[b.spec.name])
             for b in self._backends.values()
         ]
 
@@ -106,6 +118,7 @@ class BackendPool:
             {
                 "name": b.spec.name,
                 "profile": b.spec.profile,
+                "pools": sorted(self._pools[b.spec.name]),
                 "engine": b.spec.engine,
                 "url": b.spec.base_url,
                 "healthy": b.healthy(now),

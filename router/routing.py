@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from statistics import NormalDist
 from typing import Any, Final
 
 from backends.engines import EngineAdapter, Tweaked
@@ -19,7 +18,10 @@ from classifiers.features import Features, TokenCounter, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
-from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
+from policies.arms import EMPTY_ARMS, ArmsState
+from policies.decide import BackendState, Decision, RequestContext
+from policies.rewrite import Applied, apply_rewrite
+from policies.route import Routed, decide_route
 from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.sessions import Held, conversation_key
@@ -43,6 +45,25 @@ class RoutedRequest:
     decision: Decision
     order: tuple[str, ...]  # backends to try, in order
     conversation: str
+    routed: Routed | None = None  # the pool and arm (None: planned without pools)
+    rewrite: Applied | None = None  # the route's rewrite, applied to `body`
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether the body sent upstream differs from the client's (it is then re-encoded)."""
+        return self.rewrite is not None and self.rewrite.changed
+
+    def decision_record(self) -> dict[str, Any]:
+        return self.routed.as_dict() if self.routed is not None else self.decision.as_dict()
+
+    @property
+    def pool(self) -> str:
+        """The pool asked for (`x-specroute-pool`)."""
+        return self.routed.pool if self.routed is not None else self.decision.profile
+
+    def rewrite_header(self) -> str:
+        """`x-specroute-rewrite`: the route's rewrite as applied, or `none`."""
+        return self.rewrite.label if self.rewrite is not None else "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +81,10 @@ class Incoming:
 class RoutingInputs:
     """What a request is decided with, as it is at that moment.
 
-    `draw` is a uniform random number for Thompson sampling (None: the posterior median, no
-    exploration); `held_for(key)` says where a conversation's prefix lives.
+    `draw` is a uniform random number for the arms' exploration and the Thompson draw (None:
+    the route's best arm and the posterior median, no exploration); `held_for(key)` says where
+    a conversation's prefix lives; `engine_of(backend)` says which engine a backend runs (a
+    rewrite of thinking goes in that engine's own field).
     """
 
     policy: Policy
@@ -71,41 +94,40 @@ class RoutingInputs:
     backends: list[BackendState]
     draw: float | None
     held_for: Callable[[str], Held | None]
+    arms: ArmsState = EMPTY_ARMS
+    engine_of: Callable[[str], str] = lambda name: "openai"
 
 
 def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
-    """Parse, classify and decide; raises `RequestError` (4xx) on bad input."""
+    """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
+    bad input."""
     body = _parse_json(incoming.raw)
     try:
         view = view_request(incoming.endpoint, body)
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
-    route = _header_route(incoming.header_route)
+    route = _header_route(incoming.header_route, inputs.backends)
     features = extract(view, inputs.count_tokens)
     scored = score_safely(inputs.scorer, view, features)
-    context = RequestContext(header_route=route, model=view.model)
+    context = RequestContext(header_route=route or None, model=view.model)
     conversation = conversation_key(view, incoming.conversation_hint)
-    decision = decide(
+    routed = decide_route(
         inputs.policy, features, scored.scores, inputs.backends, context,
-        model=inputs.model, z=normal_draw(inputs.draw), held=inputs.held_for(conversation),
+        model=inputs.model, endpoint=incoming.endpoint, arms=inputs.arms, draw=inputs.draw,
+        held=inputs.held_for(conversation),
     )
+    rewrite = None
+    if routed.rewrite is not None:
+        first = routed.decision.backend or (routed.order[0] if routed.order else "")
+        rewrite = apply_rewrite(routed.rewrite, body, endpoint=incoming.endpoint,
+                                engine=inputs.engine_of(first))
     return RoutedRequest(
-        request_id=incoming.request_id, endpoint=incoming.endpoint, body=body, view=view,
-        features=features, scores=scored.scores, scorer_name=inputs.scorer.name,
-        scorer_error=scored.error, decision=decision,
-        order=tuple(failover_order(decision, inputs.backends)), conversation=conversation,
+        request_id=incoming.request_id, endpoint=incoming.endpoint,
+        body=rewrite.body if rewrite is not None else body, view=view, features=features,
+        scores=scored.scores, scorer_name=inputs.scorer.name, scorer_error=scored.error,
+        decision=routed.decision, order=routed.order, conversation=conversation,
+        routed=routed, rewrite=rewrite,
     )
-
-
-def _header_route(header: str | None) -> str | None:
-    """The route the client asked for in `x-specroute-route` (None: the policy decides)."""
-    route = (header or "").strip().lower()
-    if route and route not in HEADER_ROUTES:
-        raise RequestError(
-            400, f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; got {header!r}",
-            param="x-specroute-route", code="invalid_route_header",
-        )
-    return route or None
 
 
 def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path: str) -> tuple[bytes, Tweaked]:
@@ -113,10 +135,10 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
 
     The engine's adapter asks for what makes it report its stats (`stream_options.include_usage`
     on streams, SGLang's `return_meta_info`); the relay strips those again. When nothing is
-    added, the body goes upstream exactly as received.
+    added and no rewrite changed the body, it goes upstream exactly as received.
     """
     tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
-    if not (tweaked.added_usage or tweaked.added_meta_info):
+    if not (tweaked.added_usage or tweaked.added_meta_info or plan.rewritten):
         return raw, tweaked
     return json.dumps(tweaked.body, ensure_ascii=False).encode(), tweaked
 
@@ -168,18 +190,27 @@ def record_for(
         conversation=plan.conversation,
         features=plan.features.as_dict(),
         classifier=classifier,
-        decision=plan.decision.as_dict(),
+        decision=plan.decision_record(),
         outcome=outcome,
         overhead_ms=round(overhead, 3),
         content=content,
+        rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
     )
 
 
-def normal_draw(uniform: float | None) -> float:
-    """A standard normal draw from a uniform one (None: 0, the median)."""
-    if uniform is None:
-        return 0.0
-    return NormalDist().inv_cdf(min(max(uniform, 1e-9), 1.0 - 1e-9))
+def _header_route(header: str | None, backends: list[BackendState]) -> str:
+    """The `x-specroute-route` value: mtp, plain, auto or a named pool (any case); else a 400."""
+    route = (header or "").strip()
+    if route.lower() in HEADER_ROUTES:
+        return route.lower()
+    named = {pool.lower(): pool for b in backends for pool in b.pools}
+    if not route or route.lower() in named:
+        return named.get(route.lower(), "")
+    allowed = ", ".join([*HEADER_ROUTES, *sorted(named.values())])
+    raise RequestError(
+        400, f"x-specroute-route must be one of {allowed}; got {header!r}",
+        param="x-specroute-route", code="invalid_route_header",
+    )
 
 
 def _parse_json(raw: bytes) -> dict[str, Any]:

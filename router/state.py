@@ -17,6 +17,7 @@ from aiohttp import web
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from decisionlog.records import RouteRecord
+from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router.config import Config
@@ -55,5 +56,6 @@ TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 ONLINE = web.AppKey("online", OnlineModel)
+ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

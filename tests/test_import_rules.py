@@ -43,6 +43,8 @@ PURE = [
     "backends/sse.py", "backends/measure.py", "backends/openai_error.py",
     "backends/client_view.py", "policies/finish.py", "policies/speedup.py",
     "policies/routemodel.py", "policies/machine.py", "policies/sessions.py",
+    "policies/rewrite.py", "policies/pools.py", "policies/route.py",
+    "policies/arms.py", "policies/arm_rows.py", "policies/explain_routes.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",

@@ -36,6 +36,7 @@ from decisionlog.summary import (
     timeline,
     total,
 )
+from policies.arm_rows import arm_rows
 from router.addons.addon import Addon
 from router.online import model_status
 from router.state import DEPS, ONLINE, POOL
@@ -85,6 +86,8 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
         "class": record_class(record),
         "lang": record_lang(record),
         "profile": record_profile(record),
+        "pool": str(record.decision.get("pool") or record_profile(record)),
+        "rewrite": str((record.rewrite or {}).get("label") or ""),
         "reason": record_reason(record),
         "explored": bool(record.decision.get("explored")),
         "backend": record_backend(record),
@@ -146,6 +149,7 @@ def dashboard_data(
         "speedup_model": _speedup_model(status, groups),
         "backends": list(status.get("backends") or []),
         "recent": [_recent_row(r) for r in reversed(records[-recent_n:])],
+        "arms": [asdict(row) for row in arm_rows(records)],
     })
     return data
 

@@ -7,7 +7,7 @@ Durations are exported in seconds (Prometheus base units); the record's `overhea
 drafted and accepted tokens whose rate ratio is the pooled acceptance Grafana plots.
 Labels are positional in the calls below because one of them is named `class`.
 Label values are bounded sets (classes, languages, profiles, configured backends, policy reason
-codes, HTTP statuses); free text (error messages) never becomes a label.
+codes, HTTP statuses, the pools and arms the policy names); free text (error messages) never becomes a label.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class Metrics:
         self.model_speedup = Gauge(
             "model_speedup", "Predicted mtp speedup for a request wholly of a class (the model)",
             ["cls"], namespace=ns, registry=reg)
+        self.arm_requests = Counter(
+            "arm_requests", "Requests by class, pool and arm (pool plus the route's rewrite)",
+            ["class", "pool", "arm"], namespace=ns, registry=reg)
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)  # both series exist from the start
 
@@ -112,6 +115,8 @@ class Metrics:
             self.draft_accepted.labels(cls).inc(outcome.draft_accepted or 0)
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
+        pool = str(record.decision.get("pool") or profile)
+        self.arm_requests.labels(cls, pool, str(record.decision.get("arm") or pool)).inc()
 
     def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
         self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)

@@ -8,15 +8,17 @@ speculation loses everywhere, and the question is what the same traffic does on 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.summary import GroupSummary, by_class, by_class_lang, summarize, total
+from policies.arm_rows import ArmRow, arm_rows, has_extra_arms
 from policies.yamlfile import ConfigError, load_model
 from router.ops.projection import (
     Projection,
@@ -57,6 +59,7 @@ class Report:
     sources: list[str]
     costs: StepCosts | None
     projections: dict[str, Projection]  # group key -> projection (groups with acceptance)
+    arms: list[ArmRow] = field(default_factory=list)  # per class and arm (pool + rewrite)
 
 
 def build_report(
@@ -76,7 +79,8 @@ def build_report(
         for g in groups
         if costs is not None and g.acceptance is not None
     }
-    return Report(groups, total(groups, records), stats, list(sources), costs, projections)
+    return Report(groups, total(groups, records), stats, list(sources), costs, projections,
+                  arm_rows(records))
 
 
 def _f(value: float | None, pattern: str) -> str:
@@ -116,9 +120,34 @@ def render_markdown(report: Report) -> str:
         f"{_f(report.overall.gain_vs_always_mtp, '{:+.1%}')} vs always-mtp, "
         f"{_f(report.overall.gain_vs_never_mtp, '{:+.1%}')} vs never-mtp."),
     ]
+    if has_extra_arms(report.arms):
+        lines += ["", *_arms_markdown(report.arms)]
     if report.costs is not None:
         lines += ["", *_projection_markdown(report, report.costs)]
     return "\n".join(lines) + "\n"
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _arms_markdown(rows: Sequence[ArmRow]) -> list[str]:
+    """The arms beyond mtp and plain: each pool and rewrite a route sent requests to."""
+    lines = [
+        "## Arms, per class (pool and rewrite)", "",
+        "| class | arm | requests | share | decode tok/s | time to the answer (ms) | tokens |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.cls} | {row.arm} | {row.requests} | {row.share:.0%} "
+            f"| {_f(_finite(row.decode_tps), '{:.2f}')} | {row.total_ms:.0f} "
+            f"| {row.completion_tokens:.0f} |"
+        )
+    lines += ["", ("Arms that send the same request are compared on decode rate; arms whose "
+                   "rewrite changes the answer (thinking, model alias, length cap) on the time "
+                   "to the answer.")]
+    return lines
 
 
 def _projection_markdown(report: Report, costs: StepCosts) -> list[str]:

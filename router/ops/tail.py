@@ -70,6 +70,11 @@ def format_record(record: RouteRecord) -> str:
         parts.append(f"status {outcome.status} {outcome.error[:60]}".rstrip())
     if outcome.failover_from:
         parts.append("failover from " + ",".join(outcome.failover_from))
+    pool = str(record.decision.get("pool") or "")
+    if pool and pool not in ("mtp", "plain"):
+        parts.append(f"pool {pool}")
+    if record.rewrite:
+        parts.append(f"rewrite {record.rewrite.get('label', '')}")
     return "  ".join(parts)
 
 

@@ -56,7 +56,7 @@ def test_check_accepts_the_shipped_policy(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (("agent: auto", "agent: fastest"), ":{line}: routes.agent: Input should be"),
+        (("agent: auto", "agent: 3"), ":{line}: routes.agent: Input should be"),
         (("  max_regret: 0.02", "  max_regret: 0.02\n  budget: 3"),
          "exploration.budget: unknown key"),
         (("routes:", "routes: ["), "invalid YAML"),

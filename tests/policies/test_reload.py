@@ -57,3 +57,14 @@ def test_a_deletion_keeps_the_value_unless_the_caller_gives_one(tmp_path: Path) 
     assert keep.reload() is None
     assert empty.reload() == 0 and empty.reload() is None
     assert signature(kept) is None
+
+
+def test_a_file_the_caller_wrote_itself_is_not_loaded_again(tmp_path: Path) -> None:
+    path = tmp_path / "n.txt"
+    path.write_text("1", encoding="utf-8")
+    reloader = Reloader(path, _number, errors=(ValueError,), on_error=lambda exc: None)
+    _save(path, "2")
+    reloader.mark_seen()  # the caller wrote 2 and holds it
+    assert reloader.reload() is None
+    _save(path, "3")
+    assert reloader.reload() == 3

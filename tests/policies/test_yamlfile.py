@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from policies.pools import pool_context
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model, parse_model
 
@@ -13,7 +14,8 @@ from policies.yamlfile import ConfigError, load_model, parse_model
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("routes:\n  chat: fast\n", "p.yaml:2: routes.chat: Input should be 'mtp', 'plain' or 'auto'"),
+        ("routes:\n  chat: fast\n", "p.yaml:2: routes.chat.pool: Value error, no pool named 'fast'"),
+        ("routes:\n  chat: 3\n", "p.yaml:2: routes.chat: Input should be a valid dictionary"),
         ("schema_version: 1\nfoo: 1\n", "p.yaml:2: foo: unknown key"),
         ("routes:\n  poetry: mtp\n", "p.yaml:1: routes: Value error, unknown class(es) ['poetry']"),
         ("overrides:\n  header: true\n  sampld: plain\n", "p.yaml:3: overrides.sampld: unknown key"),
@@ -25,7 +27,7 @@ from policies.yamlfile import ConfigError, load_model, parse_model
 )
 def test_errors_are_located(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_model(text, Policy, path="p.yaml")
+        parse_model(text, Policy, path="p.yaml", context=pool_context([]))
     assert any(problem.startswith(expected) for problem in info.value.problems), info.value.problems
 
 

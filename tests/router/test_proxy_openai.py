@@ -177,8 +177,9 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
                          "features", "classifier", "decision", "outcome", "overhead_ms"}
     assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored",
                                      "service_ms", "queue_ms", "tokens", "speedup", "speedup_sd",
-                                     "finish_ms"}
+                                     "finish_ms", "pool", "arm"}
     assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}
+    assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last
     lines = Path(stack.config.log.path).read_text(encoding="utf-8").splitlines()
     assert lines and json.loads(lines[-1])["request_id"] == stack.last.request_id

@@ -102,11 +102,16 @@ function render(data) {
     data.backends.map((b) => [b.name, b.profile,
       { text: b.healthy ? "healthy" : "DOWN", cls: b.healthy ? "ok" : "bad" },
       b.inflight ?? "–", b.restarts ?? "–"]));
+  table("arms", ["class", "arm (pool + rewrite)", "requests", "share", "decode tok/s",
+                 "time to the answer ms", "tokens"],
+    data.arms.map((a) => [a.cls, a.arm, a.requests, pct(a.share), fmt(a.decode_tps, 1),
+                          fmt(a.total_ms, 0), fmt(a.completion_tokens, 0)]));
   table("recent",
     ["time", "class", "lang", "route", "reason", "backend", "status", "TTFT ms", "tokens",
      "tok/s", "acceptance", "p_spec"],
     data.recent.map((r) => [r.ts.slice(11, 19), r.class, r.lang,
-      r.profile + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
+      (r.pool === r.profile ? r.pool : `${r.pool} (${r.profile})`) +
+        (r.rewrite ? ` + ${r.rewrite}` : "") + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
       r.tokens ?? "–", fmt(r.tps, 1), fmt(r.acceptance, 2), fmt(r.p_spec, 2)]));
   document.getElementById("gain-note").textContent =
     "Gain: how much faster the routed traffic decoded than the same tokens would at one " +

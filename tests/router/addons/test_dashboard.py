@@ -18,6 +18,7 @@ from aiohttp import web
 from backends.local.simulator import SimState
 from decisionlog.records import RouteRecord
 from decisionlog.summary import summarize
+from policies.arm_rows import arm_rows
 from router.addons.dashboard import (
     RecentRecords,
     _is_loopback,
@@ -114,6 +115,9 @@ async def test_data_json_carries_the_shared_summary(
     assert set(model["weights"]) >= {"bias", "agent_structure", "cjk"}
     predicted = [r for r in data["classes"] if r["predicted_speedup"] is not None]
     assert predicted  # the decisions' predictions, per class
+    assert {(a["cls"], a["arm"]) for a in data["arms"]} == {
+        (r.cls, r.arm) for r in arm_rows(records)} and data["arms"]
+    assert {r["pool"] for r in data["recent"]} <= {"mtp", "plain"}
 
 
 async def test_dashboard_renders_its_plots_in_chromium(
@@ -145,6 +149,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
             traces = await page.eval_on_selector_all(
                 ".js-plotly-plot", "plots => plots.map(p => p.querySelectorAll('g.trace').length)")
             recent_rows = await page.eval_on_selector_all("#recent tr", "rows => rows.length")
+            arm_rows_shown = await page.eval_on_selector_all("#arms tr", "rows => rows.length")
             status_text = await page.inner_text("#status")
             ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
             await page.screenshot(path=str(ARTIFACT), full_page=True)
@@ -154,6 +159,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
     assert errors == []
     assert all(n >= 1 for n in traces) and len(traces) == 6
     assert recent_rows == 16  # header + the 15 requests
+    assert arm_rows_shown == 1 + len(arm_rows(records))
     assert "15 recent requests" in status_text
     assert ARTIFACT.stat().st_size > 20_000
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,17 @@ def test_observe_counts_requests_and_fills_histograms() -> None:
     assert _get(s, "specroute_acceptance_ratio_bucket", **{"class": "code"}, le="0.5") == 1
     assert _get(s, "specroute_acceptance_ratio_count", **{"class": "code"}) == 2
     assert ("specroute_ttft_seconds_count", (("class", "chat"), ("profile", "plain"))) not in s
+    assert _get(s, "specroute_arm_requests_total", **{"class": "code"}, pool="mtp", arm="mtp") == 2
+
+
+def test_arms_beyond_mtp_and_plain_are_counted() -> None:
+    metrics = Metrics()
+    chat = make_record(cls="chat", profile="plain")
+    arm = "nothink+model=deepseek-chat,thinking=off"
+    metrics.observe(replace(chat, decision={**chat.decision, "pool": "nothink", "arm": arm}))
+    s = _samples(metrics)
+    assert _get(s, "specroute_arm_requests_total", **{"class": "chat"}, pool="nothink",
+                arm=arm) == 1
 
 
 def test_events_backend_health_restarts_failovers_reloads_model_speedup() -> None:

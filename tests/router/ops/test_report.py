@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,7 @@ def test_report_writes_table_plots_and_a_labelled_projection(tmp_path: Path) -> 
     assert "| code | 8 | 0 | 50% | 8.00 | 10.00 | 0.800x | 0.800x | 1.050x | 0.900 | 38% |" in text
     assert "| chat | 2 | 0 | 50% | 6.00 | 10.00 | 0.600x | 0.600x | 1.050x | 0.500 |" in text
     assert "1 malformed lines skipped" in text
+    assert "## Arms" not in text  # only mtp and plain: nothing more to show
     assert f"## {PROJECTION_BANNER}: onto gb10" in text
     assert "**Projection, not a measurement.**" in text
     code = project(0.9, GB10, 24 / 64)  # the class's own gate-skip share, not the preset's
@@ -124,3 +126,19 @@ def test_report_command_prints_markdown_and_fails_clearly(
     args = parser.parse_args(["report", str(tmp_path / "nope.jsonl")])
     assert args.func(args) == 2
     assert "no decision log" in capsys.readouterr().err
+
+
+def test_report_shows_the_arms_beyond_mtp_and_plain(tmp_path: Path) -> None:
+    arm = "nothink+model=deepseek-chat,thinking=off"
+    log = tmp_path / "decisions.jsonl"
+    with DecisionLog(log) as out:
+        for i in range(3):
+            chat = make_record(cls="chat", profile="plain", tps=14.0, tokens=60, request_id=f"n{i}")
+            out.write_record(replace(chat, decision={**chat.decision, "pool": "nothink", "arm": arm},
+                                     rewrite={"label": "model=deepseek-chat,thinking=off"}))
+        out.write_record(make_record(cls="chat", profile="plain", tps=16.0, tokens=600))
+    _, markdown, _ = run_report([str(log)], tmp_path / "out", project_onto=None, grouping="class")
+    text = markdown.read_text()
+    assert "## Arms, per class (pool and rewrite)" in text
+    assert f"| chat | {arm} | 3 | 75% | 14.00 | 1000 | 60 |" in text
+    assert "| chat | plain | 1 | 25% | 16.00 | 1000 | 600 |" in text
