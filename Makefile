@@ -25,12 +25,18 @@ local-backend: $(STAMP)
 test: $(STAMP) local-backend
 	$(PY) -m pytest -q
 
+# The packages, their tests and the benchmarks.
+LINTED := router decisionlog classifiers backends policies tests bench
+
+# ruff's rules; then layout (pycodestyle: indentation, whitespace, blank lines, statements,
+# trailing whitespace); then mypy --strict on the packages and the benchmarks.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check router decisionlog classifiers backends policies
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff check --preview --select E1,E2,E3,E7,W $(LINTED)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) bench/proxy_overhead.py
+	$(PY) -m bench.proxy_overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache

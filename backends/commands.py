@@ -32,7 +32,7 @@ import aiohttp
 from backends.engines import ADAPTERS, EngineConfigError
 from backends.local.cache import cache_root
 from backends.spec import BackendSpec
-from backends.supervisor import BackendStartError, BackendStatus, Supervisor
+from backends.supervisor import BackendStartError, BackendStatus, Supervisor, SupervisorSettings
 
 LoadBackends = Callable[[str], Sequence[BackendSpec]]
 Formatter = argparse.ArgumentDefaultsHelpFormatter
@@ -151,8 +151,10 @@ async def _supervise(specs: list[BackendSpec], args: argparse.Namespace, state: 
             if state is not None and supervisor is not None:  # new PIDs after a restart
                 _write_state(state, args, supervisor.statuses(), specs, ready=started)
 
-        supervisor = Supervisor(specs, args.log_dir, session=session, on_change=changed,
-                                health_interval_s=args.health_interval)
+        supervisor = Supervisor(
+            specs, args.log_dir, session=session, on_change=changed,
+            settings=SupervisorSettings(health_interval_s=args.health_interval),
+        )
         try:
             await supervisor.start()
         except BackendStartError as error:

@@ -52,7 +52,6 @@ class EngineAdapter:
     """The per-engine facts the supervisor and the upstream client need."""
 
     engine: Engine
-    default_binary: str
     ready_path: str
     metrics_path: str  # Prometheus text endpoint; "" when the engine has none
     counters: SpecCounters | None  # global speculative counters, for deltas around a request
@@ -174,25 +173,24 @@ def _sglang(name: str, launch: LaunchSpec, mtp: bool) -> Built:
 
 
 ADAPTERS: Mapping[str, EngineAdapter] = {
-    "ds4": EngineAdapter("ds4", "ds4-server", "/v1/models", "", None),
+    "ds4": EngineAdapter("ds4", "/v1/models", "", None),
     "llamacpp": EngineAdapter(
-        "llamacpp", "llama-server", "/health", "/metrics",
+        "llamacpp", "/health", "/metrics",
         SpecCounters(
             draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
             accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
         ),
     ),
     "vllm": EngineAdapter(
-        "vllm", "vllm", "/health", "/metrics",
+        "vllm", "/health", "/metrics",
         SpecCounters(
             draft_tokens="vllm:spec_decode_num_draft_tokens_total",
             accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
         ),
     ),
     # SGLang exports only gauges (accept length/rate), no counters to difference.
-    "sglang": EngineAdapter("sglang", "python3", "/health", "/metrics", None,
-                            asks_meta_info=True),
-    "openai": EngineAdapter("openai", "", "/v1/models", "", None),
+    "sglang": EngineAdapter("sglang", "/health", "/metrics", None, asks_meta_info=True),
+    "openai": EngineAdapter("openai", "/v1/models", "", None),
 }
 
 

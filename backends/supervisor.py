@@ -146,6 +146,22 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)  # the leader's pid is the group id (start_new_session)
 
 
+@dataclass(frozen=True, slots=True)
+class SupervisorSettings:
+    """How the supervisor watches: probe period and timeout, when a backend counts as unhealthy
+    or hung, restart backoff, and how long a backend may take to stop."""
+
+    health_interval_s: float = 5.0
+    retry_interval_s: float = 0.5  # unhealthy or just failed a probe: probed this often
+    probe_timeout_s: float = 5.0
+    failures_to_unhealthy: int = 2
+    failures_to_restart: int = 6  # probes failed in a row by a live process: hung (0: never)
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    stop_grace_s: float = 10.0  # SIGTERM, then SIGKILL after this
+    tie_to_parent: bool = True  # a launched backend dies with this process
+
+
 class Supervisor:
     """Starts, watches and stops the backends of one config."""
 
@@ -155,15 +171,7 @@ class Supervisor:
         log_dir: str | Path,
         *,
         session: aiohttp.ClientSession,
-        health_interval_s: float = 5.0,
-        retry_interval_s: float = 0.5,
-        probe_timeout_s: float = 5.0,
-        failures_to_unhealthy: int = 2,
-        failures_to_restart: int = 6,
-        backoff_initial_s: float = 1.0,
-        backoff_max_s: float = 60.0,
-        stop_grace_s: float = 10.0,
-        tie_to_parent: bool = True,
+        settings: SupervisorSettings = SupervisorSettings(),
         on_change: OnChange | None = None,
         adapters: Mapping[str, EngineAdapter] = ADAPTERS,
         backoff_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -172,16 +180,16 @@ class Supervisor:
         self._adapters = adapters
         self._log_dir = Path(log_dir)
         self._session = session
-        self._interval = health_interval_s
-        self._retry_interval = min(retry_interval_s, health_interval_s)
+        self._interval = settings.health_interval_s
+        self._retry_interval = min(settings.retry_interval_s, settings.health_interval_s)
         self._last_probe: dict[str, float] = {}
         self._refreshing: asyncio.Future[list[None]] | None = None
-        self._probe_timeout = probe_timeout_s
-        self._failures_to_unhealthy = failures_to_unhealthy
-        self._failures_to_restart = failures_to_restart
-        self._backoff = (backoff_initial_s, backoff_max_s)
-        self._grace = stop_grace_s
-        self._tie = tie_to_parent
+        self._probe_timeout = settings.probe_timeout_s
+        self._failures_to_unhealthy = settings.failures_to_unhealthy
+        self._failures_to_restart = settings.failures_to_restart
+        self._backoff = (settings.backoff_initial_s, settings.backoff_max_s)
+        self._grace = settings.stop_grace_s
+        self._tie = settings.tie_to_parent
         self._on_change = on_change
         self._backoff_sleep = backoff_sleep
         self._managed: dict[str, _Managed] = {}

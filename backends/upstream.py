@@ -14,17 +14,16 @@ Edge code (aiohttp client and server). The rules:
   is really broken says so on its health endpoint, which the supervisor probes.
 - Once bytes have reached the client there is no retry: an upstream failure ends the stream with
   an OpenAI-style error event.
-- Bytes are relayed unchanged and as they arrive (SSE event by event, so that the usage chunk
-  the proxy itself asked for can be dropped), comment lines such as `: prefill` included, with
-  no read timeout while the backend is still sending. A client that goes away closes the
-  upstream connection, which cancels the request on the backend.
+- Bytes are relayed unchanged and as they arrive (SSE event by event, so that what the proxy
+  itself asked for can be dropped: `backends.client_view`), comment lines such as `: prefill`
+  included, with no read timeout while the backend is still sending. A client that goes away
+  closes the upstream connection, which cancels the request on the backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,8 +31,9 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from backends.jsonedit import drop_member
-from backends.measure import StreamMeter, is_usage_only
+from backends.client_view import Added, client_body, client_event
+from backends.measure import StreamMeter
+from backends.openai_error import error_body, error_event
 from backends.sse import SSESplitter, event_json, loads_or_none
 
 Clock = Callable[[], float]
@@ -53,7 +53,6 @@ _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # The backend closed the connection before answering (not: refused to connect).
 _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError)
-_META_INFO_ARRAYS = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
 # Statuses that mean "this backend cannot serve now" (gateway errors, loading or overloaded
 # engines: llama-server and vLLM answer 503, overloaded APIs 529), not "this request is bad".
 BACKEND_FAILED_STATUSES = frozenset({502, 503, 504, 529})
@@ -89,6 +88,10 @@ class ForwardOptions:
     strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for
     keep_text_chars: int = 0  # keep this much generated text for the log (content logging on)
 
+    @property
+    def added(self) -> Added:
+        return Added(usage=self.strip_usage, meta_info=self.strip_meta_info)
+
 
 HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
 
@@ -100,21 +103,17 @@ async def forward(
     path: str,
     body: bytes | None,
     *,
+    result: ForwardResult,
     clock: Clock,
-    started_at: float,
     options: ForwardOptions = ForwardOptions(),
     response_headers: HeaderHook | None = None,
-    result: ForwardResult | None = None,
-) -> tuple[web.StreamResponse, ForwardResult]:
+) -> web.StreamResponse:
     """Send `body` to the first target that takes it; relay its answer to `request`'s client.
 
-    `response_headers(result)` adds headers to the client's response once the backend is known.
-    `result`, when given, is filled as the request goes, so that a caller cancelled midway (the
-    client hung up) still knows which backend served what.
+    `result` is the caller's, filled as the request goes, so that a caller cancelled midway
+    (the client hung up) still knows which backend served what. `response_headers(result)`
+    adds headers to the client's response once the backend is known.
     """
-    if result is None:
-        result = ForwardResult(meter=StreamMeter(started_at=started_at,
-                                                 text_cap=options.keep_text_chars))
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
         if result.sent_at is None:
@@ -138,12 +137,12 @@ async def forward(
                 upstream.release()
             else:
                 upstream.close()
-        return response, result
+        return response
     result.status = 502
     response = _all_failed(result)
     if response_headers is not None:
         response.headers.update(response_headers(result))
-    return response, result
+    return response
 
 
 async def _open(
@@ -207,8 +206,7 @@ async def _relay(
     if not _is_sse(upstream):
         payload = _json_or_none(first, upstream)
         result.meter.observe(payload, clock())
-        if options.strip_meta_info and _has_meta_info(payload):
-            first = _without_meta_info(first, payload)
+        first = client_body(first, payload, options.added)
         whole = web.Response(body=first, status=upstream.status, headers=headers)
         try:  # sent here, so that the caller's bookkeeping runs after the client has it
             await whole.prepare(request)
@@ -241,18 +239,16 @@ async def _relay_events(
         for raw in splitter.feed(chunk):
             payload = event_json(raw)
             result.meter.observe(payload, now)
-            if options.strip_usage and is_usage_only(payload):
-                continue
-            if options.strip_meta_info and _has_meta_info(payload):
-                raw = _event_without_meta_info(raw, payload)
-            kept.append(raw)
+            event = client_event(raw, payload, options.added)
+            if event is not None:
+                kept.append(event)
         if kept:  # one write per upstream read: the events arrived together
             await response.write(b"".join(kept))
         try:
             chunk = await upstream.content.readany()
         except _UPSTREAM_ERRORS as exc:
             result.error = f"{result.backend}: stream broke: {_describe(exc)}"
-            await response.write(_error_event(result.error))
+            await response.write(error_event(502, result.error, code="backend_failed"))
             return
     rest = splitter.flush()
     if rest:
@@ -292,58 +288,10 @@ def _json_or_none(body: bytes, upstream: aiohttp.ClientResponse) -> object:
     return loads_or_none(body)
 
 
-def _has_meta_info(payload: object) -> bool:
-    if not isinstance(payload, dict):
-        return False
-    choices = payload.get("choices")
-    in_choices = isinstance(choices, list) and any(
-        isinstance(c, dict) and "meta_info" in c for c in choices
-    )
-    return "meta_info" in payload or in_choices
-
-
-def _without_meta_info(body: bytes, payload: object) -> bytes:
-    """The JSON `body` minus the `meta_info` the proxy asked for (top level and per choice),
-    every other byte as the engine wrote it; re-encoded from `payload` only when the bytes
-    cannot be edited (not UTF-8)."""
-    try:
-        edited = drop_member(body.decode("utf-8"), "meta_info", in_arrays=_META_INFO_ARRAYS)
-    except UnicodeDecodeError:
-        edited = None
-    if edited is None:
-        edited = drop_member(json.dumps(payload, ensure_ascii=False), "meta_info",
-                             in_arrays=_META_INFO_ARRAYS)
-    assert edited is not None  # `payload` is the JSON object `body` held
-    return edited.encode()
-
-
-def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
-    """One `data: {...}` SSE event minus `meta_info`, its framing kept."""
-    head, sep, rest = raw.partition(b"data:")
-    body = rest.rstrip(b"\r\n")
-    if sep and b"\n" not in body:
-        start = len(body) - len(body.lstrip(b" "))
-        return head + sep + body[:start] + _without_meta_info(body[start:], payload) + \
-            rest[len(body):]
-    return b"data: " + _without_meta_info(b"", payload) + b"\n\n"  # multi-line: re-encoded
-
-
-def _error_event(message: str) -> bytes:
-    payload = {"error": {"message": message, "type": "upstream_error", "code": "backend_failed"}}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 def _all_failed(result: ForwardResult) -> web.Response:
     tried = ", ".join(result.failover_from) or "none"
-    body = {
-        "error": {
-            "message": f"No backend could serve the request (tried: {tried}). Last error: {result.error}",
-            "type": "upstream_error",
-            "param": None,
-            "code": "all_backends_failed",
-        }
-    }
-    return web.json_response(body, status=502)
+    message = f"No backend could serve the request (tried: {tried}). Last error: {result.error}"
+    return web.json_response(error_body(502, message, code="all_backends_failed"), status=502)
 
 
 def _describe(exc: BaseException) -> str:

@@ -5,7 +5,7 @@ Targets (issue 4): features + scoring <= 0.3 ms median at 32 KB and <= 2 ms at 3
 core; model load < 1 s; macro-F1 >= 0.90 on held-out real rows, >= 0.85 on the Chinese slice.
 `json.loads` of the same body is timed side by side as a yardstick for how busy the machine is.
 
-    .venv/bin/python bench/classifier_latency.py [--artifact PATH] [--repeat N]
+    .venv/bin/python -m bench.classifier_latency [--artifact PATH] [--repeat N]
 """
 
 from __future__ import annotations

@@ -1,412 +1,472 @@
-"""Does the learner find the faster instance per class, and how close does it get to an oracle?
+"""Does specroute beat a static flag and a plain load balancer? Measured on the GB10 simulator.
 
-    .venv/bin/python bench/learning.py gb10  [--pool 600] [--requests 4000]
-    .venv/bin/python bench/learning.py local [--pool 60]  [--requests 3000] [--pair qwen]
+    .venv/bin/python -m bench.learning [--requests 300] [--long 3000] [--mixes ...] [--seed 7]
 
-Two backends: `gb10` starts two simulated engines (backends/local/simulator.py) paced by the GB10 cost
-model, with per-class acceptance set so that the model gives the published speedups (agent
-+9.4%, code +6.5%, technical +4.4%, prose -3.6%, Chinese chat -3.7%); `local` launches the
-real llama.cpp pair from the cache (where speculation never pays on CPU).
+Two instances paced by the simulated ds4 engine (`backends/local/simulator.py`: the depth-1 cost
+model with the GB10's steps, per-class acceptance giving the published speedups, one request
+at a time per instance, greedy-only speculation), in virtual time: each request's decode time
+on each instance is the simulator's own plan for that body, and the instances serve FIFO, one
+request at a time. The routers, on the same request sequence and arrival times:
 
-1. Measure: every request of a pool of distinct mixed-workload requests is streamed once to each
-   instance; decode time, tokens and draft counts come from the engine's own timings.
-2. Replay: `--requests` requests drawn from the pool go through the real policy code (rules
-   classifier, `decide` with exploration, `learn` re-run every `--relearn-every` requests on
-   what was served so far); each is charged the measured decode time of the instance chosen.
-   always-mtp, never-mtp and the per-request oracle are charged on the same sequence.
+- `specroute`: the real decision (`policies.decide` over the shipped policy, the shipped
+  classifier, the gb10-ds4 prior, Thompson draws), the real in-flight tracker
+  (`router.pool.BackendPool`), and the model updated online from each outcome as the proxy does
+  (`policies.routemodel.observe`); from a cold start.
+- `always-mtp` / `always-plain`: the static flag: both instances with it, least connections.
+- `least_conn`: nginx's `least_conn` over the mtp/plain pair (fewest in flight; ties in turn).
+- `oracle`: label-peeking soonest finish (it knows each request's decode time on each instance).
+- `per-class` (1 client): the better instance for each true class (the per-class ceiling).
 
-Prints decode throughput of each, specroute's share of the oracle, the gain over the best static
-choice against the oracle's, and after how many requests the learner's routes stopped changing.
-Bounded: --max-seconds of wall time for the measuring, a fixed number of replayed requests.
+Closed loop: 1, 2 and 4 clients, each sending its next request when the last one finished.
+Open loop: Poisson arrivals at 50% and 80% of the pair's plain capacity (mean latency compared).
+Traffic: `bench/traffic.py` mixes (agent-heavy, chat-heavy, balanced, sampled), from templates
+outside the classifier's training corpus. Prints ratios measured side by side in one run and
+checks the targets: 1 client >= best static; 2 and 4 clients >= 0.98 x least_conn; open loop
+latency <= least_conn's. `--live` also drives the real proxy and nginx over HTTP
+(`bench/learning_live.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import json
+import heapq
+import itertools
+import math
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import NormalDist
+from typing import Final
 
-import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.local.simulator import CostModel, SimState, create_sim_app
-from bench.mixed_workload import BenchRequest, class_of, make_requests
-from classifiers import rules
+from backends.local.simulator import CostModel, SimState, decode_plan, prompt_tokens_of
+from backends.spec import BackendSpec
+from bench.traffic import MIXES, TrafficRequest, make_mix
 from classifiers.features import Features, extract
+from classifiers.model import load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import Scores
-from policies.decide import BackendState, decide
-from policies.learn import Observation, learn
-from policies.learned import EMPTY_STATE, LearnedState, acceptance_for_speedup
-from policies.schema import Exploration, Policy
-from router.serve import start_site
+from policies.decide import decide
+from policies.learned import acceptance_for_speedup
+from policies.machine import GB10_DS4, LOCAL_PAIR
+from policies.observation import Observation, request_inputs
+from policies.routemodel import RouteEvidence, RouteModel, observe
+from policies.schema import Policy
+from policies.yamlfile import load_model
+from router.pool import BackendPool
 
-BACKENDS = (BackendState("mtp-0", "mtp"), BackendState("plain-0", "plain"))
+GB10_SPEEDUP: Final = {"agent": 1.094, "code": 1.065, "technical": 1.044, "prose": 0.964,
+                       "chat": 0.963}
+COST: Final = CostModel(t_plain_ms=68.0, t_verify_ms=108.0, t_draft_ms=4.0, gate_skip=0.44)
+POLICY_PATH: Final = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+PAIR: Final = (("mtp-0", "mtp"), ("plain-0", "plain"))
 
 
 @dataclass(frozen=True, slots=True)
 class Arm:
-    """One request served by one instance, as the engine reported it."""
-
     tokens: int
-    decode_ms: float
+    ms: float  # decode time as the simulated engine paces it
     draft_n: int | None
     draft_accepted: int | None
-    ttft_ms: float
 
 
 @dataclass(frozen=True, slots=True)
-class Measured:
-    request: BenchRequest
+class Item:
+    request: TrafficRequest
     features: Features
     scores: Scores
     arms: dict[str, Arm]  # profile -> arm
 
-
-# --- measuring ------------------------------------------------------------------------------
-
-
-async def stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> Arm:
-    """Stream one chat completion; the last chunk's llama.cpp-style timings give decode time."""
-    started = time.perf_counter()
-    first: float | None = None
-    timings: dict[str, object] = {}
-    async with session.post(f"{url}/v1/chat/completions", json={**body, "stream": True}) as resp:
-        resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices"):
-                first = time.perf_counter()
-            timings = chunk.get("timings") or timings
-    tokens = int(str(timings.get("predicted_n", 0)))
-    if tokens < 2:
-        raise RuntimeError(f"{url}: no decode timings in the stream ({timings})")
-    return Arm(
-        tokens=tokens,
-        decode_ms=float(str(timings["predicted_ms"])),
-        draft_n=_opt_int(timings.get("draft_n")),
-        draft_accepted=_opt_int(timings.get("draft_n_accepted")),
-        ttft_ms=((first or started) - started) * 1000,
-    )
+    @property
+    def tokens(self) -> int:
+        return self.arms["plain"].tokens
 
 
-def _opt_int(value: object) -> int | None:
-    return None if value is None else int(str(value))
+# A CPU pair like the README's (llama.cpp: no margin gate, a 2-token verify ~2.8 plain steps,
+# speculating sampled requests too): MTP-1 loses on every class, as measured there.
+CPU_COST: Final = CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0)
+CPU_SPEEDUP: Final = {c: s for c, s in LOCAL_PAIR.class_speedup.items()}
 
 
-async def measure_pool(
-    requests: Sequence[BenchRequest], urls: dict[str, str], max_seconds: float
-) -> list[Measured]:
-    """Each request once on each instance (alternating which goes first)."""
-    deadline = time.monotonic() + max_seconds
-    out = []
-    timeout = aiohttp.ClientTimeout(total=600)
-    # a fresh connection per request: llama-server closes idle keep-alive connections
-    connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for url in urls.values():  # warm-up: page the weights in before anything is timed
-            await stream_once(session, url, {**requests[0].body, "max_tokens": 8})
-        for i, request in enumerate(requests):
-            if time.monotonic() > deadline:
-                print(f"  measuring stopped at the time limit after {i} requests", file=sys.stderr)
-                break
-            order = ("mtp", "plain") if i % 2 == 0 else ("plain", "mtp")
-            arms = {p: await stream_once(session, urls[p], request.body) for p in order}
-            view = view_request("chat", request.body)
-            features = extract(view)
-            out.append(Measured(request, features, rules.score(view, features), arms))
-            if (i + 1) % (100 if len(requests) > 200 else 10) == 0:
-                print(f"  measured {i + 1}/{len(requests)}", file=sys.stderr)
-    return out
+def gb10_states(cost: CostModel = COST, speedups: dict[str, float] = GB10_SPEEDUP,
+                greedy_only: bool = True) -> dict[str, SimState]:
+    share = 1 - cost.gate_skip
+    steps = (cost.t_plain_ms, cost.t_plain_ms + cost.t_draft_ms, cost.t_verify_ms + cost.t_draft_ms)
+    acceptance = {c: min(1.0, max(0.0, acceptance_for_speedup(s, share, *steps)))
+                  for c, s in speedups.items()}
+    return {p: SimState(profile=p, cost=cost, acceptance=acceptance, reply_tokens=512,
+                        class_of=_class_of, serial=True, greedy_only=greedy_only)
+            for p in ("mtp", "plain")}
 
 
-# --- replaying ------------------------------------------------------------------------------
+def _class_of(body: object) -> str:
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    return str(meta.get("bench_class", "technical")) if isinstance(meta, dict) else "technical"
+
+
+def measure(requests: Sequence[TrafficRequest], cpu: bool = False) -> list[Item]:
+    """Features and the shipped classifier's scores, and the simulator's plan on each profile
+    (the GB10's, or with `cpu` a CPU pair's)."""
+    sims = gb10_states(CPU_COST, CPU_SPEEDUP, greedy_only=False) if cpu else gb10_states()
+    scorer, items = load_artifact(), []
+    for r in requests:
+        view = view_request("chat", r.body)
+        features = extract(view)
+        arms = {}
+        for profile, state in sims.items():
+            plan = decode_plan(state, r.body)
+            arms[profile] = Arm(len(plan.tokens), plan.total_s * 1000.0,
+                                plan.draft_n if profile == "mtp" else None,
+                                plan.accepted if profile == "mtp" else None)
+        items.append(Item(r, features, scorer.score(view, features), arms))
+    return items
+
+
+# --- routers ---------------------------------------------------------------------------------
+
+
+class Router:
+    """Picks an instance for a request arriving at `now_ms`; told when it finishes."""
+
+    name = "router"
+
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+        """(instance, predicted service ms for the in-flight tracker)."""
+        raise NotImplementedError
+
+    def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
+                 queued: bool) -> None:
+        """A request is done (what the proxy's record sink sees)."""
+
+
+class LeastConn(Router):
+    name = "least_conn"
+
+    def __init__(self) -> None:
+        self._turn = itertools.count()
+
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+        fewest = min(sim.inflight.values())
+        tied = [n for n, _ in sim.instances if sim.inflight[n] == fewest]
+        return tied[next(self._turn) % len(tied)], 0.0
+
+
+class Oracle(Router):
+    """Label-peeking: the true decode time on each instance and the true queue."""
+
+    name = "oracle"
+
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+        def finish(name: str, profile: str) -> float:
+            return max(now_ms, sim.free_at[name]) + item.arms[profile].ms
+
+        name = min(sim.instances, key=lambda i: (finish(*i), i[1] != "plain", i[0]))[0]
+        return name, 0.0
+
+
+class PerClass(Router):
+    """The better profile for each true class (the per-class static ceiling), least busy."""
+
+    name = "per-class"
+
+    def __init__(self, best: dict[str, str]) -> None:
+        self._best = best
+
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+        want = self._best[item.request.cls]
+        pool = [n for n, p in sim.instances if p == want] or [n for n, _ in sim.instances]
+        return min(pool, key=lambda n: (sim.inflight[n], n)), 0.0
+
+
+class Specroute(Router):
+    """The real decision and online learning, from the gb10-ds4 prior."""
+
+    name = "specroute"
+
+    def __init__(self, policy: Policy, seed: int) -> None:
+        self.policy = policy
+        self.evidence = RouteEvidence()
+        self.model = RouteModel(GB10_DS4, self.evidence)
+        self._rng = random.Random(seed)
+        self._normal = NormalDist()
+        self.explored = 0
+        self.to_mtp: dict[str, int] = {}
+        self._decisions: dict[int, tuple[float, str]] = {}
+        self._clock = 0
+        self.routed: list[str] = []  # the profile of each request, in arrival order
+
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+        states = sim.pool.states(now_ms / 1000.0)
+        z = self._normal.inv_cdf(min(max(self._rng.random(), 1e-9), 1 - 1e-9))
+        d = decide(self.policy, item.features, item.scores, states, model=self.model, z=z)
+        self.explored += d.explored
+        key = f"{item.request.cls}/{item.request.lang}"
+        self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
+        self._decisions[id(item)] = (d.queue_ms, d.profile)
+        self.routed.append(d.profile)
+        return d.backend, d.service_ms
+
+    def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
+                 queued: bool) -> None:
+        queue_ms, profile = self._decisions.pop(id(item))
+        arm = item.arms[profile]
+        self._clock += 1
+        o = Observation(
+            cls=item.scores.top_class, lang=item.scores.lang, p_spec=item.scores.p_spec,
+            profile=profile, completion_tokens=arm.tokens, decode_tps=arm.tokens / arm.ms * 1000,
+            draft_n=arm.draft_n, draft_accepted=arm.draft_accepted,
+            prompt_tokens=prompt_tokens_of(item.request.body), ttft_ms=started - arrived,
+            temperature=item.features.temperature,
+            thinking=None if item.features.thinking_unset else item.features.thinking,
+            inputs=request_inputs(item.features.as_dict(), item.scores.scores),
+            queued=queue_ms > 0, backend=name, ts=f"{self._clock:012d}",
+        )
+        self.evidence = observe(self.evidence, o, self.policy.assume)
+        self.model = RouteModel(GB10_DS4, self.evidence)
+
+
+# --- the simulation --------------------------------------------------------------------------
 
 
 @dataclass
-class Totals:
-    tokens: int = 0
-    ms: float = 0.0
+class Simulation:
+    """Instances serving FIFO one request at a time, in virtual milliseconds."""
 
-    def add(self, tokens: int, ms: float) -> None:
-        self.tokens += tokens
-        self.ms += ms
+    instances: tuple[tuple[str, str], ...]
+    free_at: dict[str, float] = field(default_factory=dict)
+    inflight: dict[str, int] = field(default_factory=dict)
+    busy_ms: dict[str, float] = field(default_factory=dict)
+    pool: BackendPool = field(init=False)
+
+    def __post_init__(self) -> None:
+        specs = [BackendSpec(name=n, profile=p, url="http://127.0.0.1:9") for n, p in self.instances]
+        self.pool = BackendPool(specs)
+        for name, _ in self.instances:
+            self.free_at[name], self.inflight[name], self.busy_ms[name] = 0.0, 0, 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    tokens: int
+    makespan_ms: float
+    mean_latency_ms: float
+    to_mtp: int
+    busy_share: dict[str, float]
 
     @property
     def tps(self) -> float:
-        return self.tokens / self.ms * 1000 if self.ms else 0.0
+        return self.tokens / self.makespan_ms * 1000.0 if self.makespan_ms else 0.0
 
 
-@dataclass
-class ReplayResult:
-    specroute: Totals
-    always_mtp: Totals
-    never_mtp: Totals
-    oracle: Totals
-    explored: int
-    converged_after: int
-    final: LearnedState
-    routes: dict[str, str]  # true class/lang -> profile the learner ends up choosing
+def simulate(
+    items: Sequence[Item], instances: tuple[tuple[str, str], ...], router: Router, *,
+    clients: int | None = None, arrivals_ms: Sequence[float] | None = None,
+) -> Outcome:
+    """Closed loop (`clients`) or open loop (`arrivals_ms`, one per item)."""
+    sim = Simulation(instances)
+    profile_of = dict(instances)
+    events: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, instance, index)
+    seq = itertools.count()
+    next_item = 0
+    if arrivals_ms is not None:
+        for index, t in enumerate(arrivals_ms):
+            heapq.heappush(events, (t, 1, next(seq), "", index))
+        next_item = len(items)
+    else:
+        for _ in range(min(clients or 1, len(items))):
+            heapq.heappush(events, (0.0, 1, next(seq), "", next_item))
+            next_item += 1
+    arrived: dict[int, float] = {}
+    tickets: dict[int, tuple[str, int, float, bool]] = {}
+    tokens = to_mtp = 0
+    latency = end = 0.0
+    while events:
+        now, kind, _, name, index = heapq.heappop(events)
+        item = items[index]
+        if kind == 0:  # a completion (before arrivals at the same instant)
+            ticket_name, ticket, started, queued = tickets.pop(index)
+            sim.pool.end(ticket_name, ticket)
+            sim.inflight[name] -= 1
+            router.finished(item, name, arrived[index], started, now, queued)
+            latency += now - arrived[index]
+            end = max(end, now)
+            if arrivals_ms is None and next_item < len(items):
+                heapq.heappush(events, (now, 1, next(seq), "", next_item))
+                next_item += 1
+            continue
+        arrived[index] = now
+        name, predicted = router.route(item, now, sim)
+        profile = profile_of[name]
+        arm = item.arms[profile]
+        started = max(now, sim.free_at[name])
+        finished = started + arm.ms
+        sim.free_at[name] = finished
+        sim.busy_ms[name] += arm.ms
+        sim.inflight[name] += 1
+        ticket = sim.pool.begin(name, predicted, now / 1000.0)
+        tickets[index] = (name, ticket, started, started > now)
+        tokens += arm.tokens
+        to_mtp += profile == "mtp"
+        heapq.heappush(events, (finished, 0, next(seq), name, index))
+    busy = {n: (sim.busy_ms[n] / end if end else 0.0) for n, _ in instances}
+    return Outcome(tokens, end, latency / max(1, len(items)), to_mtp, busy)
 
 
-def replay(
-    pool: Sequence[Measured], policy: Policy, requests: int, seed: int, relearn_every: int
-) -> ReplayResult:
-    rng = random.Random(seed)
-    learned, observations = EMPTY_STATE, []
-    totals = {name: Totals() for name in ("specroute", "always", "never", "oracle")}
-    best = _best_per_class(pool)
-    explored, last_wrong = 0, 0
-    final_choice: dict[str, str] = {}
-    order: list[Measured] = []
-    for i in range(requests):
-        if not order:
-            order = list(pool)
-            rng.shuffle(order)
-        m = order.pop()
-        d = decide(policy, m.features, m.scores, BACKENDS, learned=learned, draw=rng.random())
-        arm = m.arms[d.profile]
-        key = f"{m.request.cls}/{m.request.lang}"
-        totals["specroute"].add(arm.tokens, arm.decode_ms)
-        totals["always"].add(m.arms["mtp"].tokens, m.arms["mtp"].decode_ms)
-        totals["never"].add(m.arms["plain"].tokens, m.arms["plain"].decode_ms)
-        fastest = min(m.arms.values(), key=lambda a: a.decode_ms / a.tokens)
-        totals["oracle"].add(fastest.tokens, fastest.decode_ms)
-        explored += d.explored
-        if not d.explored:
-            final_choice[key] = d.profile
-            if d.profile != best[key]:
-                last_wrong = i + 1
-        observations.append(_observation(m, d.profile, arm))
-        if (i + 1) % relearn_every == 0:
-            learned = learn(
-                observations, min_samples=policy.exploration.min_samples, assume=policy.assume
-            )
-    return ReplayResult(
-        totals["specroute"], totals["always"], totals["never"], totals["oracle"],
-        explored, last_wrong, learned, final_choice,
-    )
+# --- the benchmark ---------------------------------------------------------------------------
 
 
-def _best_per_class(pool: Sequence[Measured]) -> dict[str, str]:
-    """The faster instance for each true class over the whole pool (what a perfect per-class
-    router would pick)."""
-    sums: dict[str, dict[str, Totals]] = {}
-    for m in pool:
-        key = f"{m.request.cls}/{m.request.lang}"
-        per = sums.setdefault(key, {"mtp": Totals(), "plain": Totals()})
-        for profile, arm in m.arms.items():
-            per[profile].add(arm.tokens, arm.decode_ms)
-    return {key: max(per, key=lambda p: per[p].tps) for key, per in sums.items()}
+def static_instances(profile: str) -> tuple[tuple[str, str], ...]:
+    return ((f"{profile}-0", profile), (f"{profile}-1", profile))
 
 
-def _observation(m: Measured, profile: str, arm: Arm) -> Observation:
-    return Observation(
-        cls=m.scores.top_class, lang=m.scores.lang, p_spec=m.scores.p_spec, profile=profile,
-        completion_tokens=arm.tokens, decode_tps=arm.tokens / arm.decode_ms * 1000,
-        draft_n=arm.draft_n if profile == "mtp" else None,
-        draft_accepted=arm.draft_accepted if profile == "mtp" else None,
-        prompt_tokens=m.features.prompt_tokens, ttft_ms=arm.ttft_ms,
-        temperature=m.features.temperature,
-        thinking=None if m.features.thinking_unset else m.features.thinking,
-    )
+def best_per_class(items: Sequence[Item]) -> dict[str, str]:
+    totals: dict[str, dict[str, list[float]]] = {}
+    for it in items:
+        per = totals.setdefault(it.request.cls, {"mtp": [0, 0.0], "plain": [0, 0.0]})
+        for profile, arm in it.arms.items():
+            per[profile][0] += arm.tokens
+            per[profile][1] += arm.ms
+    return {c: max(per, key=lambda p: per[p][0] / per[p][1]) for c, per in totals.items()}
 
 
-# --- reporting ------------------------------------------------------------------------------
+def poisson_arrivals(n: int, rate_per_ms: float, seed: int) -> list[float]:
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate_per_ms)
+        out.append(t)
+    return out
 
 
-def report(name: str, pool: Sequence[Measured], result: ReplayResult, requests: int) -> bool:
-    rows = [
-        ("never-mtp", result.never_mtp), ("always-mtp", result.always_mtp),
-        ("specroute", result.specroute), ("oracle", result.oracle),
-    ]
-    oracle = result.oracle.tps
-    print(f"\n== {name}: {requests} requests replayed from a pool of {len(pool)} measured")
-    for label, totals in rows:
-        print(f"  {label:<11} {totals.tps:8.2f} tok/s decode  {totals.tps / oracle:7.2%} of oracle")
-    best_static = max(result.never_mtp.tps, result.always_mtp.tps)
-    gain_oracle = oracle / best_static - 1
-    gain_ours = result.specroute.tps / best_static - 1
-    share = result.specroute.tps / oracle
-    g = gain_ours / gain_oracle if gain_oracle > 0 else float("nan")
-    print(f"  oracle over best static: {gain_oracle:+.2%} (G); specroute over best static: "
-          f"{gain_ours:+.2%} ({g:.2f} G)")
-    print(f"  explored {result.explored} requests; routes stopped changing after "
-          f"{result.converged_after} requests")
-    print("  learned routes by true class: " + ", ".join(
-        f"{k} -> {v}" for k, v in sorted(result.routes.items())))
-    return share >= 0.98
+RouterFactory = Callable[[], Router]
 
 
-def save_pool(pool: Sequence[Measured], path: str) -> None:
-    """The measurements, one JSON object per request: the learner's view of both arms."""
-    with open(path, "w", encoding="utf-8") as out:
-        for m in pool:
-            row = {
-                "cls": m.scores.top_class, "lang": m.scores.lang, "p_spec": m.scores.p_spec,
-                "true_class": m.request.cls, "true_lang": m.request.lang,
-                "arms": {p: asdict(a) for p, a in sorted(m.arms.items())},
-            }
-            out.write(json.dumps(row, sort_keys=True) + "\n")
+def closed_loop_row(items: Sequence[Item], clients: int, policy: Policy, seed: int
+                    ) -> dict[str, Outcome]:
+    spec = Specroute(policy, seed)
+    runs: dict[str, tuple[tuple[tuple[str, str], ...], Router]] = {
+        "specroute": (PAIR, spec),
+        "always-mtp": (static_instances("mtp"), LeastConn()),
+        "always-plain": (static_instances("plain"), LeastConn()),
+        "least_conn": (PAIR, LeastConn()),
+        "oracle": (PAIR, Oracle()),
+    }
+    if clients == 1:
+        runs["per-class"] = (PAIR, PerClass(best_per_class(items)))
+    out = {name: simulate(items, inst, r, clients=clients) for name, (inst, r) in runs.items()}
+    out["specroute"] = replace(out["specroute"])
+    return out
 
 
-def load_pool(path: str) -> list[Measured]:
-    """A pool saved by `save_pool`: the classifier's verdict and both arms per request."""
-    pool = []
-    with open(path, encoding="utf-8") as rows:
-        for line in rows:
-            row = json.loads(line)
-            scores = Scores(row["cls"], row["lang"], {row["cls"]: 1.0}, row["p_spec"])
-            request = BenchRequest(row["true_class"], row["true_lang"], {})
-            arms = {p: Arm(**a) for p, a in row["arms"].items()}
-            pool.append(Measured(request, row_features(), scores, arms))
-    return pool
-
-
-def row_features() -> Features:
-    """Greedy, non-thinking, no tools: what every request of the mixed workload is."""
-    view = view_request("chat", {"messages": [{"role": "user", "content": "x"}], "temperature": 0})
-    return extract(view)
-
-
-def bench_policy(rate: float, min_samples: int) -> Policy:
-    return Policy(
-        routes={c: "auto" for c in ("agent", "code", "technical", "prose", "chat")},
-        exploration=Exploration(rate=rate, min_samples=min_samples),
-    )
-
-
-# --- the two backends -----------------------------------------------------------------------
-
-GB10_SPEEDUP = {"agent": 1.094, "code": 1.065, "technical": 1.044, "prose": 0.964, "chat": 0.963}
-
-
-@contextlib.asynccontextmanager
-async def gb10_sims(speedups: dict[str, float]) -> AsyncIterator[dict[str, str]]:
-    """Two simulated engines (mtp, plain) with the GB10 cost model and per-class acceptance
-    giving `speedups`; nothing sleeps (time_scale 0): decode time is the cost model's, as the
-    engine reports it in its timings. Yields profile -> base URL."""
-    cost = CostModel(t_plain_ms=68.0, t_verify_ms=108.0, t_draft_ms=4.0, gate_skip=0.44)
-    steps = (
-        cost.t_plain_ms, cost.t_plain_ms + cost.t_draft_ms, cost.t_verify_ms + cost.t_draft_ms
-    )
-    share = 1 - cost.gate_skip
-    acceptance = {cls: acceptance_for_speedup(s, share, *steps) for cls, s in speedups.items()}
-    stops, urls = [], {}
-    try:
-        for profile in ("mtp", "plain"):
-            state = SimState(profile=profile, cost=cost, acceptance=acceptance, reply_tokens=512,
-                             class_of=class_of)
-            _, port, stop = await start_site(create_sim_app(state))
-            stops.append(stop)
-            urls[profile] = f"http://127.0.0.1:{port}"
-        yield urls
-    finally:
-        for stop in stops:
-            await stop()
-
-
-async def measure_gb10(pool_size: int, seed: int, max_seconds: float) -> list[Measured]:
-    async with gb10_sims(GB10_SPEEDUP) as urls:
-        return await measure_pool(make_requests(pool_size, seed), urls, max_seconds)
-
-
-@contextlib.asynccontextmanager
-async def local_pair(kind: str) -> AsyncIterator[dict[str, str]]:
-    """The real llama.cpp pair from the cache, launched on free loopback ports by the
-    supervisor and stopped by PID at the end. Yields profile -> base URL."""
-    from backends.local.pair import local_pair_specs
-    from backends.supervisor import Supervisor
-
-    specs = local_pair_specs(kind)
-    async with aiohttp.ClientSession() as session:
-        supervisor = Supervisor(specs, Path("bench/out/local-pair-logs"), session=session)
-        await supervisor.start()
-        try:
-            yield {spec.profile: spec.base_url for spec in specs}
-        finally:
-            await supervisor.stop()
-
-
-def local_requests(pool_size: int, seed: int) -> list[BenchRequest]:
-    """Shorter replies (CPU decoding is slow) and no prompt cache (outputs compare exactly)."""
-    return [
-        BenchRequest(r.cls, r.lang, {**r.body, "cache_prompt": False})
-        for r in make_requests(pool_size, seed, max_tokens=(48, 96))
-    ]
-
-
-async def measure_local(pool_size: int, seed: int, max_seconds: float, kind: str) -> list[Measured]:
-    async with local_pair(kind) as urls:
-        return await measure_pool(local_requests(pool_size, seed), urls, max_seconds)
+def open_loop_row(items: Sequence[Item], utilisation: float, policy: Policy, seed: int
+                  ) -> dict[str, Outcome]:
+    mean_plain_ms = sum(it.arms["plain"].ms for it in items) / len(items)
+    rate = utilisation * 2.0 / mean_plain_ms
+    arrivals = poisson_arrivals(len(items), rate, seed)
+    runs: dict[str, tuple[tuple[tuple[str, str], ...], Router]] = {
+        "specroute": (PAIR, Specroute(policy, seed)),
+        "least_conn": (PAIR, LeastConn()),
+        "oracle": (PAIR, Oracle()),
+    }
+    return {name: simulate(items, inst, r, arrivals_ms=arrivals) for name, (inst, r) in runs.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    parser.add_argument("backend", choices=("gb10", "local"), help="which pair of instances")
-    parser.add_argument("--pool", type=int, default=None,
-                        help="distinct requests measured on both instances (gb10 600, local 60)")
-    parser.add_argument("--requests", type=int, default=4000, help="requests replayed")
-    parser.add_argument("--rate", type=float, default=0.05, help="exploration.rate")
-    parser.add_argument("--min-samples", type=int, default=None,
-                        help="exploration.min_samples (gb10 30, local 5)")
-    parser.add_argument("--relearn-every", type=int, default=10,
-                        help="re-run the learner after this many requests")
-    parser.add_argument("--seed", type=int, default=7, help="workload and exploration seed")
-    parser.add_argument("--pair", default="qwen", help="local pair kind (qwen | smollm2)")
-    parser.add_argument("--max-seconds", type=float, default=1800.0,
-                        help="wall-time bound on measuring (and on driving the router)")
-    parser.add_argument("--save-pool", default=None,
-                        help="write the measured pool (per request: class, p_spec, both arms) "
-                             "as JSON lines to this file")
-    parser.add_argument("--from-pool", default=None,
-                        help="use a pool saved by --save-pool (same --pool and --seed) instead "
-                             "of measuring")
-    parser.add_argument("--through-router", action="store_true",
-                        help="send the replay through the real router app, learning from its "
-                             "decision log and hot-reloading, instead of calling decide")
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--requests", type=int, default=300, help="requests per run, cold start")
+    parser.add_argument("--long", type=int, default=3000,
+                        help="requests of the long 1-client run per mix (0: skip)")
+    parser.add_argument("--mixes", nargs="+", default=list(MIXES), choices=list(MIXES))
+    parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request")
+    parser.add_argument("--seed", type=int, default=7, help="traffic, arrivals and draws")
+    parser.add_argument("--live", action="store_true",
+                        help="also drive the real proxy and nginx least_conn over HTTP "
+                             "(bench/learning_live.py)")
     args = parser.parse_args(argv)
-    gb10 = args.backend == "gb10"
-    pool_size = args.pool or (600 if gb10 else 60)
-    min_samples = args.min_samples or (30 if gb10 else 5)
+    policy = load_model(POLICY_PATH, Policy)
     started = time.monotonic()
-    policy = bench_policy(args.rate, min_samples)
-    if args.through_router:
-        from bench.learning_router import through_router
+    failures: list[str] = []
+    print(f"GB10 simulator, virtual time; {args.requests} requests per run from a cold start "
+          f"(prior gb10-ds4), max_tokens {args.max_tokens}, seed {args.seed}")
+    for mix in args.mixes:
+        items = measure(make_mix(mix, args.requests, args.seed, args.max_tokens))
+        print(f"\n== {mix}")
+        print(f"  {'run':<12} {'specroute':>9} {'a-mtp':>7} {'a-plain':>7} {'lc':>7} "
+              f"{'oracle':>7} {'per-cls':>7}   spec/best-static spec/lc  to-mtp (spec/lc)")
+        for clients in (1, 2, 4):
+            row = closed_loop_row(items, clients, policy, args.seed)
+            failures += _print_closed(mix, clients, row)
+        for utilisation in (0.5, 0.8):
+            row = open_loop_row(items, utilisation, policy, args.seed)
+            failures += _print_open(mix, utilisation, row)
+        if args.long:
+            long_items = measure(make_mix(mix, args.long, args.seed + 1, args.max_tokens))
+            row = closed_loop_row(long_items, 1, policy, args.seed)
+            failures += _print_long(mix, args.long, row)
+    print(f"\n({time.monotonic() - started:.0f} s)")
+    failures += cpu_check(policy, args.seed)
+    if args.live:
+        from bench.learning_live import main as live_main
 
-        pool, result = asyncio.run(through_router(
-            gb10, args.pair, pool_size, policy, args.requests, args.seed, args.relearn_every,
-            args.max_seconds, saved_pool=args.from_pool))
-    elif args.from_pool:
-        pool = load_pool(args.from_pool)
-        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
-    elif gb10:
-        pool = asyncio.run(measure_gb10(pool_size, args.seed, args.max_seconds))
-        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
-    else:
-        pool = asyncio.run(measure_local(pool_size, args.seed, args.max_seconds, args.pair))
-        result = replay(pool, policy, args.requests, args.seed, args.relearn_every)
-    measured_s = time.monotonic() - started
-    if args.save_pool:
-        save_pool(pool, args.save_pool)
-    name = args.backend + (" through the router" if args.through_router else "")
-    ok = report(name, pool, result, args.requests)
-    print(f"  ({measured_s:.0f} s; exploration rate {args.rate}, min_samples "
-          f"{min_samples}, relearn every {args.relearn_every})")
-    return 0 if ok else 1
+        live_main(["--seed", str(args.seed)])
+    if failures:
+        print("targets missed: " + "; ".join(failures))
+        return 1
+    print("all targets met")
+    return 0
+
+
+def cpu_check(policy: Policy, seed: int, n: int = 300, within: int = 30) -> list[str]:
+    """A CPU pair (speculation loses on every class) under the GB10 prior, 1 client: after
+    `within` requests, nothing should go to mtp but a regret-bounded exploration."""
+    items = measure(make_mix("balanced", n, seed), cpu=True)
+    router = Specroute(policy, seed)
+    simulate(items, PAIR, router, clients=1)
+    late = router.routed[within:].count("mtp")
+    first = router.routed[:within].count("mtp")
+    print(f"\n== CPU pair under the gb10-ds4 prior, 1 client, {n} requests: {first} of the first "
+          f"{within} to mtp, {late} after")
+    return [] if late == 0 else [f"cpu pair: {late} requests to mtp after {within}"]
+
+
+def _print_closed(mix: str, clients: int, row: dict[str, Outcome]) -> list[str]:
+    tps = {k: v.tps for k, v in row.items()}
+    best_static = max(tps["always-mtp"], tps["always-plain"])
+    per_class = f"{tps['per-class']:7.2f}" if "per-class" in tps else f"{'':>7}"
+    spec_best, spec_lc = tps["specroute"] / best_static, tps["specroute"] / tps["least_conn"]
+    print(f"  {clients} client{'s' if clients > 1 else ' '}    {tps['specroute']:9.2f} "
+          f"{tps['always-mtp']:7.2f} {tps['always-plain']:7.2f} {tps['least_conn']:7.2f} "
+          f"{tps['oracle']:7.2f} {per_class}   {spec_best:16.3f} {spec_lc:7.3f}  "
+          f"{row['specroute'].to_mtp}/{row['least_conn'].to_mtp}")
+    if clients == 1 and spec_best < 1.0:
+        return [f"{mix} 1 client: {spec_best:.3f} of best static"]
+    if clients > 1 and spec_lc < 0.98:
+        return [f"{mix} {clients} clients: {spec_lc:.3f} of least_conn"]
+    return []
+
+
+def _print_open(mix: str, utilisation: float, row: dict[str, Outcome]) -> list[str]:
+    lat = {k: v.mean_latency_ms for k, v in row.items()}
+    ratio = lat["least_conn"] / lat["specroute"]
+    busy = ", ".join(f"{n} {s:.0%}" for n, s in row["specroute"].busy_share.items())
+    print(f"  open {utilisation:.0%}     mean latency ms: specroute {lat['specroute']:.0f}, "
+          f"least_conn {lat['least_conn']:.0f}, oracle {lat['oracle']:.0f}; "
+          f"lc/spec {ratio:.3f}, oracle/spec {lat['oracle'] / lat['specroute']:.3f} "
+          f"(busy: {busy})")
+    return [] if ratio >= 1.0 else [f"{mix} open {utilisation:.0%}: latency {1 / ratio:.3f}x lc"]
+
+
+def _print_long(mix: str, n: int, row: dict[str, Outcome]) -> list[str]:
+    tps = {k: v.tps for k, v in row.items()}
+    best_static = max(tps["always-mtp"], tps["always-plain"])
+    margin = tps["per-class"] - best_static
+    share = (tps["specroute"] - best_static) / margin if margin > 0 else math.nan
+    print(f"  {n} requests, 1 client: specroute/best static {tps['specroute'] / best_static:.3f},"
+          f" per-class/best static {tps['per-class'] / best_static:.3f}, oracle/best static "
+          f"{tps['oracle'] / best_static:.3f}; specroute took {share:.0%} of the per-class margin")
+    return [] if share >= 0.6 or margin <= 0 else [f"{mix} {n} requests: {share:.0%} of margin"]
 
 
 if __name__ == "__main__":

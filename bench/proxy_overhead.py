@@ -10,10 +10,10 @@ Each runs in its own process (the upstream too); the client is this process. Rou
 interleaved and the order shuffled per round, because this machine is shared and noisy: only the
 ratios and differences measured here, in one run, mean anything.
 
-    .venv/bin/python bench/proxy_overhead.py                 # the full table (a few minutes)
-    .venv/bin/python bench/proxy_overhead.py --quick         # fewer rounds, a smoke run
-    .venv/bin/python bench/proxy_overhead.py --memory-requests 100000
-    .venv/bin/python bench/proxy_overhead.py --baseline /tmp/base   # + specroute from another
+    .venv/bin/python -m bench.proxy_overhead                 # the full table (a few minutes)
+    .venv/bin/python -m bench.proxy_overhead --quick         # fewer rounds, a smoke run
+    .venv/bin/python -m bench.proxy_overhead --memory-requests 100000
+    .venv/bin/python -m bench.proxy_overhead --baseline /tmp/base   # + specroute from another
                                                                     # checkout (git worktree add)
 
 Measured: added p50 latency per body size (1 KB, 42 KB with 20 tool schemas and code fences,
@@ -132,11 +132,13 @@ def run_upstream(port: int) -> None:
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "bench-model"}]})
+
     app = web.Application(client_max_size=64 * 2**20)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", lambda r: web.json_response(
-        {"object": "list", "data": [{"id": "bench-model"}]}))
+    app.router.add_get("/v1/models", models)
     _install_uvloop()
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
@@ -459,7 +461,7 @@ async def main(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + args.max_seconds
     work = Path(tempfile.mkdtemp(prefix="specroute-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
-    me = [sys.executable, str(Path(__file__).resolve())]
+    me = [sys.executable, "-m", "bench.proxy_overhead"]  # run from ROOT (spawn's cwd)
     try:
         up_port = free_port()
         upstream = spawn([*me, "--role", "upstream", "--port", str(up_port)], work / "upstream.log")

@@ -1,8 +1,7 @@
 """The classifier's CLI commands: `data build`, `train`, `classify`.
 
 `register` adds them to the `specroute` parser. Heavy imports (scikit-learn, matplotlib, the
-corpus builder) happen inside the handlers, so importing this module stays cheap. The router
-injects `read_log_outcomes` (classifiers never import the router).
+corpus builder) happen inside the handlers, so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from classifiers.request_view import InvalidRequest
-from classifiers.training.outcomes import LogReader
 
 _FMT = argparse.ArgumentDefaultsHelpFormatter
 
@@ -27,7 +25,7 @@ def _default_corpus() -> Path:
     return default_corpus_path()
 
 
-def register(subparsers: Any, *, read_log_outcomes: LogReader | None) -> None:
+def register(subparsers: Any) -> None:
     """Add `data build`, `train` and `classify` to an argparse subparsers object."""
     from classifiers.model import DEFAULT_ARTIFACT
 
@@ -58,7 +56,7 @@ def register(subparsers: Any, *, read_log_outcomes: LogReader | None) -> None:
                        help="hashed n-gram buckets (a power of two)")
     train.add_argument("--no-loso", dest="loso", action="store_false",
                        help="skip the leave-one-source-out evaluation (faster)")
-    train.set_defaults(func=lambda args: _train(args, read_log_outcomes))
+    train.set_defaults(func=_train)
 
     classify = subparsers.add_parser("classify", formatter_class=_FMT,
                                      help="classify OpenAI request bodies, one JSON per line")
@@ -90,7 +88,7 @@ def _data_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace, reader: LogReader | None) -> int:
+def _train(args: argparse.Namespace) -> int:
     from classifiers.ngrams import HashSettings
     from classifiers.training import retrain
 
@@ -106,7 +104,7 @@ def _train(args: argparse.Namespace, reader: LogReader | None) -> int:
                                    max_iter=args.max_iter, loso=args.loso, pays_at=args.pays_at,
                                    settings=HashSettings(dim=args.hash_dim))
     try:
-        evaluation = retrain.run(options, reader, _err)
+        evaluation = retrain.run(options, _err)
     except (ValueError, OSError) as exc:
         _err(f"error: {exc}")
         return 1

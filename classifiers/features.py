@@ -97,6 +97,13 @@ class Features:
         # not dataclasses.asdict: it deep-copies each number, on every request
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
+    @property
+    def agent_structure(self) -> bool:
+        """Tools attached (and allowed) with tool calls or results earlier in the conversation:
+        unambiguously a turn inside an agent's loop, whatever its words read like."""
+        return (self.n_tools > 0 and not self.tool_choice_none
+                and (self.history_has_tool or self.last_role_tool))
+
     def vector(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, name)) for name in FEATURE_NAMES)
 

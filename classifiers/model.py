@@ -20,12 +20,12 @@ import numpy.typing as npt
 from classifiers import artifact
 from classifiers.artifact import ArtifactError
 from classifiers.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, Features
+from classifiers.language import guess_lang
 from classifiers.ngrams import HashSettings, hashed
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
 
-__all__ = ["DEFAULT_ARTIFACT", "ArtifactError", "TrainedScorer", "guess_lang", "load_artifact",
-           "numeric_row"]
+__all__ = ["DEFAULT_ARTIFACT", "ArtifactError", "TrainedScorer", "load_artifact", "numeric_row"]
 
 DEFAULT_ARTIFACT: Final = Path(__file__).parent / "artifacts" / "workload-lr.npz"
 
@@ -44,16 +44,18 @@ def numeric_row(values: Sequence[float]) -> FloatArray:
     return np.where(_LOG_MASK, np.log1p(np.maximum(row, 0.0)), row).astype(np.float32)
 
 
-def guess_lang(view: RequestView, features: Features) -> str:
-    """zh/ja/ko by script share of the user's text, else en (cheap: a 200-character look)."""
-    if features.cjk_share < 0.15:
-        return "en"
-    head = view.last_user_text[:200]
-    if sum(1 for ch in head if 0xAC00 <= ord(ch) <= 0xD7AF) >= 3:
-        return "ko"
-    if sum(1 for ch in head if 0x3040 <= ord(ch) <= 0x30FF) >= 3:
-        return "ja"
-    return "zh"
+# The agent share a turn with agent structure gets (the rest keeps the model's proportions).
+STRUCTURE_AGENT: Final = 0.9
+
+
+def _agent_by_structure(probs: FloatArray, agent: int) -> FloatArray:
+    """Unambiguous structure counts: at least STRUCTURE_AGENT on agent."""
+    if probs[agent] >= STRUCTURE_AGENT:
+        return probs
+    rest = 1.0 - float(probs[agent])
+    scaled = probs * ((1.0 - STRUCTURE_AGENT) / rest if rest > 0 else 0.0)
+    scaled[agent] = STRUCTURE_AGENT
+    return scaled.astype(np.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,8 @@ class TrainedScorer:
 
     def score(self, view: RequestView, features: Features) -> Scores:
         probs = self.probabilities(view, features)
+        if features.agent_structure and "agent" in self.classes:
+            probs = _agent_by_structure(probs, self.classes.index("agent"))
         scores = {c: float(p) for c, p in zip(self.classes, probs)}
         top = self.classes[int(np.argmax(probs))]
         return Scores(top_class=top, lang=guess_lang(view, features), scores=scores,

@@ -10,6 +10,7 @@ import re
 from typing import Final
 
 from classifiers.features import Features
+from classifiers.language import guess_lang
 from classifiers.request_view import RequestView
 from classifiers.scores import CLASSES, Scores, p_spec_from_classes
 
@@ -41,22 +42,18 @@ def score(view: RequestView, features: Features) -> Scores:
     scores = {c: (0.8 if c == top else 0.05) for c in CLASSES}
     return Scores(
         top_class=top,
-        lang=guess_lang(features),
+        lang=guess_lang(view, features),
         scores=scores,
         p_spec=round(p_spec_from_classes(scores), 4),
         artifact=ARTIFACT_NAME,
     )
 
 
-def guess_lang(features: Features) -> str:
-    return "zh" if features.cjk_share >= 0.3 else "en"
-
-
 def _guess(text: str, f: Features) -> str:
     if (f.n_tools > 0 and not f.tool_choice_none
             and (f.last_role_tool or f.tool_choice_required or not _CHAT_TURN.search(text))):
         return "agent"
-    if f.last_role_tool:
+    if f.last_role_tool or f.agent_structure:
         return "agent"
     if f.code_fences > 0 or f.code_line_share >= 0.3 or _CODE_ASK.search(text):
         return "code"

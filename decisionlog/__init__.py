@@ -1,1 +1,1 @@
-"""specroute: the decision log, the contract between the proxy, the learner, the trainer and the tools."""
+"""specroute: the decision log, the contract between the proxy, learner, trainer and tools."""

@@ -56,6 +56,9 @@ class RouteRecord:
     outcome: Outcome
     overhead_ms: float
     content: Mapping[str, str] | None = None  # only with log.content: true
+    # The route's request rewrite, when one applied: {label, changes, before, paths}. Optional
+    # in schema_version 1 (absent: the request went upstream as the client sent it).
+    rewrite: Mapping[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -79,6 +82,8 @@ def to_json(record: RouteRecord) -> str:
     data["outcome"]["failover_from"] = list(outcome.failover_from)
     if record.content is None:
         del data["content"]
+    if record.rewrite is None:
+        del data["rewrite"]
     if not record.extra:
         del data["extra"]
     line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -179,6 +184,7 @@ def _from_v1(data: dict[str, Any]) -> RouteRecord:
         outcome=Outcome(**outcome_args),
         overhead_ms=float(data.get("overhead_ms") or 0.0),
         content=data.get("content"),
+        rewrite=data.get("rewrite") if isinstance(data.get("rewrite"), dict) else None,
         schema_version=int(data["schema_version"]),
         extra=data.get("extra") or {},
     )

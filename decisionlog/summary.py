@@ -12,6 +12,8 @@ measured tokens/s on one profile only; it is an estimate from class averages, no
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -74,16 +76,19 @@ class _Accumulator:
     decode_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0.0))
     samples: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROFILES, 0))
     ttft_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PROFILES})
-    threshold: float | None = None
+    predicted: list[float] = field(default_factory=list)  # the decisions' predicted speedups
+    skipped: int = 0  # cycles the margin gate skipped, on mtp requests that reported drafts
+    # stratum (what the decision knew: predicted speedup or p_spec bin) -> profile -> [tokens, s]
+    strata: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def add(self, record: RouteRecord) -> None:
         self.requests += 1
         profile = record_profile(record)
         if record.decision.get("explored"):
             self.explored += 1
-        threshold = record.decision.get("threshold")
-        if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
-            self.threshold = float(threshold)  # records arrive oldest first: keep the latest
+        predicted = record.decision.get("speedup")
+        if isinstance(predicted, (int, float)) and not isinstance(predicted, bool):
+            self.predicted.append(float(predicted))
         if not is_ok(record):
             self.errors += 1
             return
@@ -92,6 +97,9 @@ class _Accumulator:
             if record.outcome.draft_n:
                 self.draft_n += record.outcome.draft_n
                 self.draft_accepted += record.outcome.draft_accepted or 0
+                made = record.outcome.completion_tokens or 0
+                accepted = record.outcome.draft_accepted or 0
+                self.skipped += max(0, made - record.outcome.draft_n - accepted)
         if profile not in self.tokens:
             return
         if record.outcome.ttft_ms is not None:
@@ -102,6 +110,26 @@ class _Accumulator:
             self.tokens[profile] += weight
             self.decode_s[profile] += weight / tps
             self.samples[profile] += 1
+            cell = self.strata.setdefault(_stratum(record), {}).setdefault(profile, [0.0, 0.0])
+            cell[0] += weight
+            cell[1] += weight / tps
+
+    def matched_speedup(self) -> float | None:
+        """mtp over plain tokens/s compared like with like: within each stratum of what the
+        decision knew (requests the router thought alike), weighted by the stratum's tokens;
+        strata served by one profile only are left out. Explored and misread requests then
+        stand beside requests the router judged the same, not beside the whole class."""
+        ratio_sum = weight_sum = 0.0
+        for cells in self.strata.values():
+            if "mtp" not in cells or "plain" not in cells:
+                continue
+            (mt, ms), (pt, ps) = cells["mtp"], cells["plain"]
+            if ms <= 0 or ps <= 0:
+                continue
+            weight = mt + pt
+            ratio_sum += weight * (mt / ms) / (pt / ps)
+            weight_sum += weight
+        return ratio_sum / weight_sum if weight_sum else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +147,9 @@ class GroupSummary:
     n_tps_plain: int
     ttft_p50_mtp: float | None
     ttft_p50_plain: float | None
-    threshold: float | None  # the latest threshold the policy applied to this group
+    predicted_speedup: float | None  # mean mtp speedup the decisions predicted for the group
+    matched_speedup: float | None  # measured like with like (see _Accumulator.matched_speedup)
+    gate_skip: float | None  # share of mtp cycles the margin gate skipped (drafts reported)
     gain_vs_always_mtp: float | None
     gain_vs_never_mtp: float | None
     tokens: float  # completion tokens of the requests with a measured tokens/s
@@ -168,14 +198,28 @@ def _finish(name: str, acc: _Accumulator) -> GroupSummary:
         tps_plain=tps["plain"],
         n_tps_mtp=acc.samples["mtp"],
         n_tps_plain=acc.samples["plain"],
-        ttft_p50_mtp=_median(acc.ttft_ms["mtp"]),
-        ttft_p50_plain=_median(acc.ttft_ms["plain"]),
-        threshold=acc.threshold,
+        ttft_p50_mtp=_median_or_none(acc.ttft_ms["mtp"]),
+        ttft_p50_plain=_median_or_none(acc.ttft_ms["plain"]),
+        predicted_speedup=sum(acc.predicted) / len(acc.predicted) if acc.predicted else None,
+        matched_speedup=acc.matched_speedup(),
+        gate_skip=acc.skipped / (acc.skipped + acc.draft_n) if acc.draft_n else None,
         gain_vs_always_mtp=_gain(all_tokens, routed_s, tps["mtp"], tps["plain"]),
         gain_vs_never_mtp=_gain(all_tokens, routed_s, tps["plain"], tps["mtp"]),
         tokens=all_tokens,
         decode_s=routed_s,
     )
+
+
+def _stratum(record: RouteRecord) -> str:
+    """What the decision knew of the request: its predicted speedup (2% bins of the log), or
+    for older records the classifier's p_spec (tenths)."""
+    predicted = record.decision.get("speedup")
+    if isinstance(predicted, (int, float)) and not isinstance(predicted, bool) and predicted > 0:
+        return f"s{round(math.log(predicted) / 0.02)}"
+    p_spec = record.classifier.get("p_spec")
+    if isinstance(p_spec, (int, float)) and not isinstance(p_spec, bool):
+        return f"p{min(9, max(0, int(p_spec * 10)))}"
+    return "-"
 
 
 def _gain(
@@ -205,14 +249,8 @@ def _with_gains(pooled: GroupSummary, groups: Sequence[GroupSummary]) -> GroupSu
     )
 
 
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def parse_ts(ts: str) -> datetime | None:
@@ -251,4 +289,3 @@ def timeline(
         )
         for index, members in sorted(buckets.items())
     ]
-

@@ -1,33 +1,36 @@
-"""The routing decision: which speculation profile, and which backend instance, for one request.
+"""The routing decision: which backend instance serves one request.
 
 Pure: no I/O, no clock, no globals. Everything the decision depends on is an argument:
-the policy, the request's features and scores, the backends' health and load, the learned
-state, a uniform random draw for exploration, and where the conversation's prefix is held.
+the policy, the request's features and scores, the backends' health and in-flight work, the
+route model (a machine prior plus what the log taught), a standard normal draw for Thompson
+sampling, and where the conversation's prefix is held.
+
 Rules are checked in a fixed order (header, model alias, API key, sampling, thinking,
-response_format, class route); the first that applies wins and is named in `Decision.rule`,
-with a short `reason` code for logs and headers. Only class routes (`auto` or pinned) are
-subject to stickiness, and only `auto` routes to exploration; overrides are pins.
+response_format, class route); the first that pins a profile wins and is named in
+`Decision.rule`, with a short `reason` code for logs and headers. Then one rule places the
+request, pinned or not: the healthy instance (of the pinned profile, when one is pinned and
+healthy) that will finish it soonest (`policies.finish`). It replaces thresholds, stickiness
+switches and load pricing: the queue, the cached prefix and the speedup are all terms of the
+predicted finish. `place` is that rule over any set of allowed instances: `policies.route` uses
+it for a named pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.explore import cold_arm, explore
-from policies.learned import Belief, LearnedState
-from policies.schema import Policy, Profile
-from policies.sessions import Held, expected_remaining_tokens, switch_verdict
+from policies.finish import Candidate, InFlight, queued_ms, soonest
+from policies.routemodel import RouteModel
+from policies.schema import Policy, Profile, Route
+from policies.sessions import Held
+from policies.speedup import Prediction, inputs
 
-DEFAULT_THRESHOLD: Final = 0.5
 PROFILES: Final = ("mtp", "plain")
-# Reasons that come from the class route (not an override): stickiness may overrule them.
-CLASS_REASONS: Final = frozenset({"class", "learned", "p_spec", "classifier_error"})
-# Reasons that come from an `auto` route: exploration may overrule them.
-AUTO_REASONS: Final = frozenset({"learned", "p_spec"})
+AUTO_REASON: Final = "finish"  # an `auto` route: the soonest predicted finish decided
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class BackendState:
     profile: str
     healthy: bool = True
     inflight: int = 0
+    queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
+    pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +56,17 @@ class RequestContext:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    profile: str  # the profile asked for by the rules
+    profile: str  # the profile of the chosen instance (the pinned one when none is healthy)
     backend: str  # the instance chosen ("" when no backend is healthy)
-    reason: str  # short code: header, model, api_key, sampled, thinking, ...
+    reason: str  # short code: header, model, api_key, sampled, thinking, ..., finish
     rule: str  # the policy path that decided, e.g. "routes.code"
-    explored: bool = False
-    threshold: float | None = None
+    explored: bool = False  # the Thompson draw chose another instance than the posterior mean
+    service_ms: float = 0.0  # predicted prefill + decode on the chosen instance
+    queue_ms: float = 0.0  # predicted work queued ahead of it there
+    tokens: float = 0.0  # expected completion tokens
+    speedup: float | None = None  # predicted speedup of an mtp instance for this request
+    speedup_sd: float | None = None  # its uncertainty (sd of the log-speedup)
+    finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,7 +75,12 @@ class Decision:
             "reason": self.reason,
             "rule": self.rule,
             "explored": self.explored,
-            "threshold": self.threshold,
+            "service_ms": round(self.service_ms, 1),
+            "queue_ms": round(self.queue_ms, 1),
+            "tokens": round(self.tokens, 1),
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
+            "speedup_sd": None if self.speedup_sd is None else round(self.speedup_sd, 4),
+            "finish_ms": {k: round(v, 1) for k, v in self.finish_ms.items()},
         }
 
 
@@ -75,102 +90,120 @@ def decide(
     scores: Scores | None,
     backends: Sequence[BackendState],
     context: RequestContext = RequestContext(),
-    thresholds: Mapping[str, float] | None = None,
     *,
-    learned: LearnedState | None = None,
-    draw: float | None = None,
+    model: RouteModel,
     held: Held | None = None,
+    z: float = 0.0,
+    route: tuple[Route, str] | None = None,
 ) -> Decision:
-    """Pick a profile by the policy's rules (learned thresholds priced for the current load),
-    maybe explore (`draw`: uniform in [0, 1), None: never), keep the conversation where its
-    prefix is `held` unless switching pays, then the least busy healthy backend."""
-    queues = _queues(backends)
-    profile, reason, rule, threshold = choose_profile(
-        policy, features, scores, context, thresholds, learned=learned, queues=queues
+    """Pin a profile by the policy's rules (or not: `auto`), then the soonest predicted finish
+    among the healthy instances allowed. `z`: a standard normal draw for Thompson sampling
+    (0: the posterior median, no exploration). `route` (route, rule), when given, stands for
+    the class route (`policies.route` passes a pool route's built-in arm)."""
+    pin, reason, rule = route_rule(policy, features, scores, context, route=route)
+    return place(
+        policy, features, scores, backends, lambda b: pin is None or b.profile == pin,
+        reason, rule, model=model, held=held, z=z, unserved=pin or policy.fallback,
     )
-    belief = _belief(learned, scores)
-    explored = False
-    if draw is not None and reason in AUTO_REASONS and scores is not None:
-        cold = cold_arm(learned, profile, policy.exploration.min_samples)
-        choice = explore(profile, belief, scores.p_spec, policy.exploration.rate, draw, cold=cold)
-        profile, explored = choice.profile, choice.explored
-    if held is not None and policy.stickiness.enabled and reason in CLASS_REASONS:
-        holder = _stick(held, profile, features, scores, backends, learned, belief)
-        if holder is not None and held.profile == profile:
-            return Decision(profile, holder.name, reason, rule, explored, threshold)
-        if holder is not None:
-            return Decision(held.profile, holder.name, "sticky", rule, False, threshold)
-    return place(profile, reason, rule, backends, threshold=threshold, explored=explored)
 
 
-def choose_profile(
+def place(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    allowed: Callable[[BackendState], bool],
+    reason: str,
+    rule: str,
+    *,
+    model: RouteModel,
+    held: Held | None,
+    z: float,
+    unserved: str,
+) -> Decision:
+    """The healthy instance `allowed` that will finish the request soonest; when none allowed
+    is healthy, the soonest of all healthy ones (`+unhealthy_failover`). `unserved`: the
+    decision's profile when no instance is healthy."""
+    healthy = [b for b in backends if b.healthy]
+    eligible = [b for b in healthy if allowed(b)]
+    if not eligible and healthy:
+        eligible, reason = healthy, f"{reason}+unhealthy_failover"
+    speedup = predict_speedup(policy, features, scores, model)
+    tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
+    sticky = held if held is not None and policy.stickiness.enabled else None
+    candidates = [candidate(b, features, model, speedup, z, sticky) for b in eligible]
+    choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
+    if choice is None:
+        return Decision(unserved, "", "no_healthy_backend", rule)
+    chosen = choice.candidate
+    return Decision(
+        profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
+        explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
+        tokens=tokens, speedup=speedup.speedup, speedup_sd=speedup.sd,
+        finish_ms=dict(choice.finish_ms),
+    )
+
+
+def route_rule(
     policy: Policy,
     features: Features,
     scores: Scores | None,
     context: RequestContext = RequestContext(),
-    thresholds: Mapping[str, float] | None = None,
     *,
-    learned: LearnedState | None = None,
-    queues: tuple[int, int] = (0, 0),
-) -> tuple[Profile, str, str, float | None]:
-    """(profile, reason, rule, threshold) by the policy's rules, in their fixed order.
-
-    For an `auto` route the threshold is the learned one when the learned state trusts its
-    evidence (priced for `queues`: requests ahead on the mtp and plain instances), else the
-    one in `thresholds` ("class/lang" or "class"), else DEFAULT_THRESHOLD."""
+    route: tuple[Route, str] | None = None,
+) -> tuple[Profile | None, str, str]:
+    """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order.
+    `route` (route, rule), when given, stands for the class route."""
     o = policy.overrides
     header = (context.header_route or "").strip().lower()
     if o.header and header in PROFILES:
-        return _profile(header), "header", "overrides.header", None
+        return _profile(header), "header", "overrides.header"
     model = context.model.lower()
     if model in o.models:
-        return o.models[model], "model", f"overrides.models.{model}", None
+        return o.models[model], "model", f"overrides.models.{model}"
     if context.api_key_name and context.api_key_name in o.api_keys:
         name = context.api_key_name
-        return o.api_keys[name], "api_key", f"overrides.api_keys.{name}", None
-    temperature = features.temperature if features.temperature >= 0 else policy.assume.temperature
-    if o.sampled is not None and temperature > 0:
-        return o.sampled, "sampled", "overrides.sampled", None
-    thinking = features.thinking or (features.thinking_unset and policy.assume.thinking)
-    if o.thinking is not None and thinking:
-        return o.thinking, "thinking", "overrides.thinking", None
+        return o.api_keys[name], "api_key", f"overrides.api_keys.{name}"
+    if o.sampled is not None and _sampled(policy, features):
+        return o.sampled, "sampled", "overrides.sampled"
+    if o.thinking is not None and _thinking(policy, features):
+        return o.thinking, "thinking", "overrides.thinking"
     fmt = _response_format_of(features)
     if fmt and fmt in o.response_format:
-        return o.response_format[fmt], "response_format", f"overrides.response_format.{fmt}", None
+        return o.response_format[fmt], "response_format", f"overrides.response_format.{fmt}"
     if scores is None:
-        return policy.fallback, "classifier_error", "fallback", None
-    route, rule = policy.route_for(scores.top_class, scores.lang)
-    if route != "auto":
-        return route, "class", rule, None
-    belief = _belief(learned, scores)
-    if belief is not None and belief.trusted:
-        threshold, reason = belief.threshold_at(*queues), "learned"
+        return policy.fallback, "classifier_error", "fallback"
+    class_route, rule = route or policy.route_for(scores.top_class, scores.lang)
+    if class_route != "auto":
+        return class_route, "class", rule
+    return None, AUTO_REASON, rule
+
+
+def predict_speedup(
+    policy: Policy, features: Features, scores: Scores | None, model: RouteModel
+) -> Prediction:
+    """The request's predicted log-speedup on an mtp instance (greedy or not)."""
+    x = inputs(features.as_dict(), scores.scores if scores else None)
+    return model.speedup(x, _greedy_decoding(policy, features))
+
+
+def candidate(
+    b: BackendState,
+    features: Features,
+    model: RouteModel,
+    speedup: Prediction,
+    z: float,
+    held: Held | None,
+) -> Candidate:
+    """One instance's terms of the predicted finish for this request."""
+    cached = min(held.prompt_tokens, features.prompt_tokens) if held and held.backend == b.name else 0
+    prefill = max(0, features.prompt_tokens - cached) * model.prefill_ms_per_token(b.profile)
+    t_plain = model.t_plain_ms
+    if b.profile == "mtp":
+        median, drawn = t_plain / speedup.sample(0.0), t_plain / speedup.sample(z)
     else:
-        given = thresholds or {}
-        key = f"{scores.top_class}/{scores.lang}"
-        threshold = given.get(key, given.get(scores.top_class, DEFAULT_THRESHOLD))
-        reason = "learned" if key in given or scores.top_class in given else "p_spec"
-    profile: Profile = "mtp" if scores.p_spec >= threshold else "plain"
-    return profile, reason, rule, threshold
-
-
-def place(
-    profile: str,
-    reason: str,
-    rule: str,
-    backends: Sequence[BackendState],
-    *,
-    threshold: float | None = None,
-    explored: bool = False,
-) -> Decision:
-    """The least busy healthy instance of `profile`; the other profile's if none is healthy."""
-    chosen = _least_busy(b for b in backends if b.profile == profile and b.healthy)
-    if chosen is None:
-        chosen = _least_busy(b for b in backends if b.healthy)
-        if chosen is None:
-            return Decision(profile, "", "no_healthy_backend", rule, explored, threshold)
-        reason = f"{reason}+unhealthy_failover"
-    return Decision(profile, chosen.name, reason, rule, explored, threshold)
+        median = drawn = t_plain
+    return Candidate(b.name, b.profile, queued_ms(b.queue), prefill, median, drawn)
 
 
 def failover_order(decision: Decision, backends: Sequence[BackendState]) -> list[str]:
@@ -183,56 +216,18 @@ def failover_order(decision: Decision, backends: Sequence[BackendState]) -> list
     return first + [b.name for b in rest]
 
 
-def _queues(backends: Sequence[BackendState]) -> tuple[int, int]:
-    """Requests ahead on the least busy healthy instance of each profile."""
-
-    def ahead(profile: str) -> int:
-        busy = [b.inflight for b in backends if b.profile == profile and b.healthy]
-        return min(busy) if busy else 0
-
-    return ahead("mtp"), ahead("plain")
+def _sampled(policy: Policy, features: Features) -> bool:
+    temperature = features.temperature if features.temperature >= 0 else policy.assume.temperature
+    return temperature > 0
 
 
-def _belief(learned: LearnedState | None, scores: Scores | None) -> Belief | None:
-    if learned is None or scores is None:
-        return None
-    return learned.belief(scores.top_class, scores.lang)
+def _thinking(policy: Policy, features: Features) -> bool:
+    return features.thinking or (features.thinking_unset and policy.assume.thinking)
 
 
-def _stick(
-    held: Held,
-    wanted: str,
-    features: Features,
-    scores: Scores | None,
-    backends: Sequence[BackendState],
-    learned: LearnedState | None,
-    belief: Belief | None,
-) -> BackendState | None:
-    """The instance holding the prefix when the conversation should stay there, else None."""
-    holder = next((b for b in backends if b.name == held.backend and b.healthy), None)
-    if holder is None:
-        return None
-    if held.profile == wanted:
-        return holder
-    cost = learned.cost if learned is not None else None
-    prefill = cost.prefill_ms_per_token.get(wanted) if cost is not None else None
-    if cost is None or prefill is None or belief is None or scores is None:
-        return holder  # no measured basis for a gain: a switch would only cost
-    verdict = switch_verdict(
-        held_profile=held.profile,
-        wanted_profile=wanted,
-        speedup=belief.bin_for(scores.p_spec).speedup,
-        prompt_tokens=features.prompt_tokens,
-        remaining_tokens=expected_remaining_tokens(held.turns, cost.mean_completion_tokens),
-        t_plain_ms=cost.t_plain_ms,
-        prefill_ms_per_token=prefill,
-    )
-    return None if verdict.switch else holder
-
-
-def _least_busy(candidates: Iterable[BackendState]) -> BackendState | None:
-    pool = sorted(candidates, key=lambda b: (b.inflight, b.name))
-    return pool[0] if pool else None
+def _greedy_decoding(policy: Policy, features: Features) -> bool:
+    """Greedy and not thinking: where speculation can pay (ds4 speculates nothing else)."""
+    return not _sampled(policy, features) and not _thinking(policy, features)
 
 
 def _response_format_of(features: Features) -> str:

@@ -1,19 +1,25 @@
-"""`specroute policy explain`: the rules, the learned thresholds and the evidence behind them,
-and the way one request goes through them, as lines of text.
+"""`specroute policy explain`: the rules, the route model (machine prior, what the log taught,
+the speedup model's weights) and the per-class evidence, and the way one request goes through
+them, as lines of text.
 
 Pure: formatting only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from classifiers.features import Features
-from classifiers.scores import Scores
+from classifiers.scores import CLASSES, Scores
 from policies.decide import Decision
-from policies.explore import cold_arm, exploration_probability
-from policies.learned import NEVER, Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.pools import PoolRoute, route_text
+from policies.routemodel import RouteModel
 from policies.schema import Policy
+from policies.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
 
 
 def describe_policy(policy: Policy) -> list[str]:
@@ -22,12 +28,12 @@ def describe_policy(policy: Policy) -> list[str]:
     def pairs(table: Mapping[str, str]) -> str:
         return ", ".join(f"{k} -> {v}" for k, v in sorted(table.items())) or "(none)"
 
-    routes = ", ".join(f"{c}: {r}" for c, r in policy.routes.items()) or "(none)"
+    routes = ", ".join(f"{c}: {route_text(r)}" for c, r in policy.routes.items()) or "(none)"
     formats = {str(k): v for k, v in o.response_format.items()}
     lines = [
         "Rules, in the order they are checked (the first that applies wins):",
         (
-            f"  1. overrides.header           x-specroute-route: mtp|plain "
+            f"  1. overrides.header           x-specroute-route: mtp|plain|a named pool "
             f"({'honoured' if o.header else 'ignored'})"
         ),
         f"  2. overrides.models           {pairs(o.models)}",
@@ -44,29 +50,82 @@ def describe_policy(policy: Policy) -> list[str]:
         f"  7. routes                     {routes}; default: {policy.default}",
     ]
     for lang, table in sorted(policy.languages.items()):
-        per_lang = ", ".join(f"{c}: {r}" for c, r in table.items())
+        per_lang = ", ".join(f"{c}: {route_text(r)}" for c, r in table.items())
         lines.append(f"     languages.{lang:<13} {per_lang}")
+    tables = [policy.routes, *policy.languages.values()]
+    if any(not isinstance(r, str) for table in tables for r in table.values()):
+        lines.append(
+            "     pool routes: a pin (1-3) wins; otherwise the route's rewrite is applied first,"
+            " 4-6 judge the request as sent, and apply only to the mtp, plain and auto pools"
+        )
     e, s = policy.exploration, policy.stickiness
     lines += [
         f"  classifier failure -> {policy.fallback}",
+        ("Then the healthy instance (of the pinned profile or pool, if any) with the soonest"
+        " predicted finish: queued work + prefill of the uncached prompt + expected tokens x"
+        " per-token time."),
         (
-            f"Exploration: up to {e.rate:.0%} of auto-routed requests go against the belief;"
-            f" a learned value counts after {e.min_samples} requests on each arm it needs."
+            f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
+            f" at most {e.max_regret:.1%} of the request's best predicted finish."
         ),
+    ]
+    if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables
+           for r in table.values()):
+        lines.append(
+            f"Arms: a route's first arm until each has {e.min_samples} requests of the class,"
+            f" then the best measured; at most {e.arms_rate:.0%} of its requests try the others."
+        )
+    lines += [
         (
-            f"Stickiness: {'on' if s.enabled else 'off'}; a conversation is forgotten after"
-            f" {s.ttl_s:g} s idle; at most {s.max_conversations} remembered."
+            f"Prefix cache: {'counted' if s.enabled else 'ignored'}; a conversation is forgotten"
+            f" after {s.ttl_s:g} s idle; at most {s.max_conversations} remembered."
         ),
     ]
     return lines
 
 
+def describe_model(model: RouteModel) -> list[str]:
+    """The route model: the prior it starts from and what the log has taught it."""
+    p, e = model.prior, model.evidence
+    prefill = ", ".join(f"{k} {model.prefill_ms_per_token(k):.2f} (n={v.n})"
+                        for k, v in sorted(e.prefill.items())) or "(prior only)"
+    lines = [
+        f"Route model: prior {p.name} ({p.source}); {e.greedy.n} greedy and {e.sampled.n}"
+        f" sampled mtp requests, {e.plain_ms.n} plain requests learned from"
+        + (f" (through {e.through})" if e.through else ""),
+        (f"  plain step {model.t_plain_ms:.1f} ± {model.t_plain_sd:.1f} ms (prior"
+        f" {p.t_plain_ms:.1f}); prefill ms per uncached token: {prefill} (prior"
+        f" {p.prefill_ms_per_token:g})"),
+        "  predicted mtp speedup for a request wholly of one class (median, ± sd of log):",
+    ]
+    for cls in CLASSES:
+        prediction = model.posterior.predict(class_inputs(cls))
+        lines.append(
+            f"    {cls:<10} {prediction.speedup:6.3f} ± {prediction.sd:.3f}"
+            f"  (prior {p.class_speedup.get(cls, 1.0):.3f}); expected reply"
+            f" {model.completion_tokens(cls, 0):.0f} tokens"
+        )
+    sampled = model.speedup(_array([0.0] * len(INPUTS)), greedy=False)
+    lines.append(f"    sampled/thinking {sampled.speedup:.3f} ± {sampled.sd:.3f}"
+                 f" (prior {p.sampled_speedup:.3f})")
+    weights = model.posterior.weights()
+    shown = [n for n in INPUTS if n not in CLASS_INPUTS and n != "bias"]
+    lines.append("  feature weights on log-speedup (± sd): bias"
+                 f" {weights['bias'][0]:+.3f} ± {weights['bias'][1]:.3f}; " + ", ".join(
+                     f"{n} {weights[n][0]:+.3f} ± {weights[n][1]:.3f}" for n in shown))
+    return lines
+
+
+def _array(values: list[float]) -> Vector:
+    return np.array(values, dtype=np.float64)
+
+
 def describe_state(state: LearnedState, policy: Policy, path: str) -> list[str]:
     if not state.beliefs:
-        return [f"Learned state ({path}): nothing learned yet; auto routes use p_spec >= 0.5."]
+        return [f"Per-class evidence ({path}): nothing learned yet; the machine prior decides."]
     lines = [
         (
-            f"Learned state ({path}, created {state.created or '?'}): "
+            f"Per-class evidence ({path}, created {state.created or '?'}): "
             f"{state.n_observations} requests learned from, {state.n_skipped} skipped "
             "(sampled or thinking decoding)."
         )
@@ -76,7 +135,7 @@ def describe_state(state: LearnedState, policy: Policy, path: str) -> list[str]:
     lines.append(
         f"  {'class/lang':<14} {'route':<6} {'method':<10} {'mtp':>5} {'plain':>5} "
         f"{'accept':>6} {'spec':>5} {'mtp t/s':>7} {'plain t/s':>9} {'speedup':>15} "
-        f"{'threshold':>9} {'break-even':>10}  trusted"
+        f"{'break-even':>10}  trusted"
     )
     for key, b in sorted(state.beliefs.items()):
         route = policy.route_for(b.cls, b.lang)[0] if b.lang != "*" else "-"
@@ -84,7 +143,7 @@ def describe_state(state: LearnedState, policy: Policy, path: str) -> list[str]:
             f"  {key:<14} {route:<6} {b.method:<10} {b.n_mtp:>5} {b.n_plain:>5} "
             f"{_num(b.acceptance, '.3f'):>6} {_num(b.spec_share, '.2f'):>5} "
             f"{_num(b.mtp_tps, '.1f'):>7} {_num(b.plain_tps, '.1f'):>9} "
-            f"{b.speedup:>7.3f} ± {b.se:<5.3f} {_threshold(b.threshold):>9} "
+            f"{b.speedup:>7.3f} ± {b.se:<5.3f} "
             f"{_break_even(b, state.cost):>10}  {'yes' if b.trusted else 'no'}"
         )
     return lines
@@ -108,8 +167,6 @@ def _describe_cost(cost: CostFit) -> list[str]:
 
 
 def describe_request(
-    policy: Policy,
-    learned: LearnedState,
     features: Features,
     scores: Scores,
     decision: Decision,
@@ -122,39 +179,21 @@ def describe_request(
             f" {scores.p_spec:.2f}; temperature {temperature}, thinking {thinking},"
             f" ~{features.prompt_tokens} prompt tokens"
         ),
-        f"Decision: {decision.profile} by {decision.rule} (reason {decision.reason}"
-        + (f", threshold {_threshold(decision.threshold)})" if decision.threshold is not None
-           else ")"),
+        (f"Decision: {decision.backend or '(none)'} ({decision.profile}) by {decision.rule}"
+        f" (reason {decision.reason})"),
     ]
-    belief = learned.belief(scores.top_class, scores.lang)
-    if decision.reason in ("learned", "p_spec"):
-        if belief is not None:
-            b = belief.bin_for(scores.p_spec)
-            lines.append(
-                f"  evidence ({belief.key}, p_spec bin [{b.lo:.1f}, {b.hi:.1f})): speedup"
-                f" {b.speedup:.3f} ± {b.se:.3f} from {b.n_mtp} mtp and {b.n_plain} plain"
-                f" requests{'' if belief.trusted else ' (not yet trusted)'}"
-            )
-            if b.acceptance is not None and b.spec_share is not None:
-                lines.append(
-                    f"  in that bin: acceptance {b.acceptance:.3f} on verified cycles,"
-                    f" {b.spec_share:.0%} of cycles speculated ({belief.method})"
-                )
-        cold = cold_arm(learned, decision.profile, policy.exploration.min_samples)
-        chance = exploration_probability(belief, scores.p_spec, policy.exploration.rate, cold=cold)
-        lines.append(f"  chance of being routed against the belief to explore: {chance:.1%}"
-                     + (" (cold start: too few samples of the other instance)" if cold else ""))
+    if decision.speedup is not None and decision.speedup_sd is not None:
+        lo = decision.speedup * math.exp(-decision.speedup_sd)
+        hi = decision.speedup * math.exp(decision.speedup_sd)
+        lines.append(f"  predicted mtp speedup {decision.speedup:.3f} (1-sd range {lo:.3f} to"
+                     f" {hi:.3f}); expected reply {decision.tokens:.0f} tokens")
+    for name, finish in sorted(decision.finish_ms.items(), key=lambda kv: kv[1]):
+        lines.append(f"  predicted finish on {name}: {finish:.0f} ms")
     return lines
 
 
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
-
-
-def _threshold(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "never" if value >= NEVER else f"{value:.2f}"
 
 
 def _break_even(b: Belief, cost: CostFit | None) -> str:

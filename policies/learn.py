@@ -1,9 +1,11 @@
-"""Learning the routing thresholds from logged outcomes.
+"""Learning from logged outcomes: the route model's evidence (policies.routemodel: what the
+decision uses) and, for `policy explain`, the dashboard and reports, per-class tables.
 
 Pure: observations in, a `LearnedState` out; no I/O, no clock, no globals.
 
+The per-class tables:
 Where the `mtp` instance reports draft statistics, the learner fits the depth-1 cost model
-(DESIGN.md): the machine's step costs (plain step, gate-skipped cycle, verified cycle) once,
+(ARCHITECTURE.md): the machine's step costs (plain step, gate-skipped cycle, verified cycle) once,
 across all classes, by least squares on each request's decode time; the workload's acceptance
 and share of speculated cycles per class, language and `p_spec` bin. Where it reports none
 (upstream ds4), it uses the measured tokens/s of each instance directly. Bin estimates are
@@ -28,10 +30,11 @@ from policies.learned import (
     best_cut,
     predicted_speedup,
 )
-from policies.observation import Observation, observation_from_log
+from policies.observation import Observation
+from policies.routemodel import gather
 from policies.schema import Assume
 
-__all__ = ["N_BINS", "Observation", "fit_costs", "learn", "observation_from_log"]
+__all__ = ["N_BINS", "Observation", "fit_costs", "learn"]
 
 N_BINS: Final = 10
 # Pseudo-observations a bin borrows from its class (and a class from all classes).
@@ -214,6 +217,7 @@ def learn(
         min_samples=min_samples,
         cost=cost,
         beliefs=beliefs,
+        evidence=gather((o for o in everything if o.profile in ("mtp", "plain")), assume),
     )
 
 

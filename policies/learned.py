@@ -1,9 +1,10 @@
-"""What the learner believes: per class and language, the predicted speedup of `mtp` over `plain`
-in each `p_spec` bin, with its uncertainty and the evidence behind it, and the threshold on
-`p_spec` where that speedup crosses 1.
+"""What the learner has learned: the route model's evidence (policies.routemodel, what the
+decision uses) and, for `policy explain`, the dashboard and reports, per class and language the
+measured speedup of `mtp` over `plain` in each `p_spec` bin, with its uncertainty and the
+evidence behind it (and the `p_spec` cut where it crosses 1, a summary of the bins).
 
-Pure: data, the depth-1 cost model's arithmetic, the choice of a threshold (also under load),
-and JSON (de)serialisation. No I/O, no clock: `created` is passed in by whoever learned it.
+Pure: data, the depth-1 cost model's arithmetic, and JSON (de)serialisation. No I/O, no clock:
+`created` is passed in by whoever learned it.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-LEARNED_VERSION: Final = 1
+from policies.routemodel import RouteEvidence
+
+LEARNED_VERSION: Final = 2  # 2: the route model's evidence (policies.routemodel)
 # A threshold above every p_spec: the learner found no bin where speculation pays.
 NEVER: Final = 1.01
 ANY_LANG: Final = "*"
@@ -77,14 +80,6 @@ class Belief:
         index = min(len(self.bins) - 1, max(0, int(p_spec * len(self.bins))))
         return self.bins[index]
 
-    def threshold_at(self, mtp_queue: int = 0, plain_queue: int = 0) -> float:
-        """The threshold once queueing on each instance is priced in (equal to `threshold`
-        when both are idle)."""
-        if mtp_queue == plain_queue == 0:
-            return self.threshold
-        speedups = [queued_speedup(b.speedup, mtp_queue, plain_queue) for b in self.bins]
-        return best_cut(self.bins, speedups)
-
 
 @dataclass(frozen=True, slots=True)
 class LearnedState:
@@ -95,6 +90,9 @@ class LearnedState:
     cost: CostFit | None
     beliefs: Mapping[str, Belief]  # "class/lang" -> belief
     version: int = LEARNED_VERSION
+    # What the decision's route model learned: sums over the log, combined with the policy's
+    # machine prior when the decision is made (policies.routemodel).
+    evidence: RouteEvidence = field(default_factory=RouteEvidence)
 
     def belief(self, cls: str, lang: str) -> Belief | None:
         """The belief about the class in this language; for a language never seen, the class
@@ -103,16 +101,6 @@ class LearnedState:
         exact = self.beliefs.get(f"{cls}/{lang}")
         return exact if exact is not None else self.beliefs.get(f"{cls}/{ANY_LANG}")
 
-    def arm_samples(self, profile: str) -> int:
-        """Requests learned from that `profile` served, over every class (each class's pooled
-        belief counts each of its requests once)."""
-        pooled = [b for b in self.beliefs.values() if b.lang == ANY_LANG]
-        return sum(b.n_mtp if profile == "mtp" else b.n_plain for b in pooled)
-
-    def thresholds(self) -> dict[str, float]:
-        """Trusted thresholds by "class/lang", the shape `decide(thresholds=...)` reads."""
-        return {key: b.threshold for key, b in self.beliefs.items() if b.trusted}
-
 
 EMPTY_STATE: Final = LearnedState("", 0, 0, 30, None, {})
 
@@ -120,7 +108,7 @@ EMPTY_STATE: Final = LearnedState("", 0, 0, 30, None, {})
 def predicted_speedup(
     acceptance: float, spec_share: float, t_plain: float, t_skip: float, t_verify: float
 ) -> float:
-    """Speedup of MTP-1 over plain decoding by the cost model of DESIGN.md."""
+    """Speedup of MTP-1 over plain decoding by the depth-1 cost model (ARCHITECTURE.md)."""
     skip = 1.0 - spec_share
     tokens_per_cycle = skip + spec_share * (1.0 + acceptance)
     cycle_ms = skip * t_skip + spec_share * t_verify
@@ -135,13 +123,6 @@ def acceptance_for_speedup(
     cycle_ms = skip * t_skip + spec_share * t_verify
     tokens_per_cycle = speedup * cycle_ms / t_plain
     return (tokens_per_cycle - 1.0) / spec_share if spec_share > 0 else math.inf
-
-
-def queued_speedup(speedup: float, mtp_queue: int, plain_queue: int) -> float:
-    """Speedup once requests ahead are priced in: each instance serves one request at a time,
-    requests ahead are taken to be of this one's size at plain pace on either instance."""
-    mtp_time = max(0, mtp_queue) + (1.0 / speedup if speedup > 0 else math.inf)
-    return (max(0, plain_queue) + 1.0) / mtp_time
 
 
 def best_cut(bins: Sequence[BinEstimate], speedups: Sequence[float]) -> float:
@@ -164,7 +145,9 @@ def normal_cdf(z: float) -> float:
 
 def to_json(state: LearnedState) -> str:
     """Strict JSON (an infinite standard error is written as null, read back as infinite)."""
-    return json.dumps(_strict(asdict(state)), indent=1, sort_keys=True, allow_nan=False)
+    data = asdict(replace(state, evidence=RouteEvidence()))
+    data["evidence"] = state.evidence.as_json()
+    return json.dumps(_strict(data), indent=1, sort_keys=True, allow_nan=False)
 
 
 def _strict(value: Any) -> Any:
@@ -208,6 +191,7 @@ def _state_from(data: Mapping[str, Any]) -> LearnedState:
         min_samples=int(data["min_samples"]),
         cost=CostFit(**cost) if cost is not None else None,
         beliefs=beliefs,
+        evidence=RouteEvidence.from_json(data["evidence"]),
     )
 
 

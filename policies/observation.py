@@ -1,16 +1,19 @@
-"""One served request as the learner sees it, and how to read it from a decision-log record.
+"""One served request as the learner sees it, and how to take it from a decision-log record.
 
-Pure: a frozen dataclass and a parser of the record's JSON object (schema_version 1); no I/O.
+Pure: a frozen dataclass and a function of the record (`decisionlog.records`); no I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from decisionlog.records import RouteRecord
+from policies.rewrite import logged_features_as_sent
 from policies.schema import Assume
+from policies.speedup import inputs as speedup_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,10 @@ class Observation:
     ttft_ms: float | None = None
     temperature: float = 0.0  # -1: the request did not say
     thinking: bool | None = False  # None: the request did not say
+    inputs: tuple[float, ...] | None = None  # the speedup model's inputs (policies.speedup)
+    queued: bool = False  # work was queued ahead of it on its instance when it was routed
+    backend: str = ""
+    ts: str = ""
 
     def greedy(self, assume: Assume) -> bool:
         """Whether the request decoded greedily without thinking (where speculation can pay),
@@ -47,17 +54,17 @@ class Observation:
         return self.profile == "mtp" and bool(self.draft_n)
 
 
-def observation_from_log(data: Mapping[str, Any]) -> Observation | None:
-    """An observation from one decision-log record as a JSON object (schema_version 1), or
-    None when the request taught nothing (failed, no tokens, no decode rate)."""
+def observation_from_record(record: RouteRecord) -> Observation | None:
+    """An observation from one decision-log record, or None when the request taught nothing
+    (failed, no tokens, no decode rate). Fields are as the reader parsed them from a JSON line,
+    so a value of the wrong type also gives None."""
+    outcome, classifier = record.outcome, record.classifier
     try:
-        outcome, classifier = data["outcome"], data["classifier"]
-        features = data.get("features") or {}
-        decision = data.get("decision") or {}
-        profile = str(outcome.get("profile") or decision.get("profile") or "")
-        tokens = int(outcome.get("completion_tokens") or 0)
-        tps = float(outcome.get("backend_tps") or outcome.get("decode_tps") or 0.0)
-        if outcome.get("status") != 200 or profile not in ("mtp", "plain"):
+        features = logged_features_as_sent(record.features, record.rewrite)
+        profile = str(outcome.profile or record.decision.get("profile") or "")
+        tokens = int(outcome.completion_tokens or 0)
+        tps = float(outcome.backend_tps or outcome.decode_tps or 0.0)
+        if outcome.status != 200 or profile not in ("mtp", "plain"):
             return None
         if tokens < 2 or not tps > 0 or not math.isfinite(tps) or not classifier.get("class"):
             return None
@@ -68,16 +75,34 @@ def observation_from_log(data: Mapping[str, Any]) -> Observation | None:
             profile=profile,
             completion_tokens=tokens,
             decode_tps=tps,
-            draft_n=_int_or_none(outcome.get("draft_n")),
-            draft_accepted=_int_or_none(outcome.get("draft_accepted")),
-            prompt_tokens=int(outcome.get("prompt_tokens") or 0),
-            cached_tokens=int(outcome.get("cached_tokens") or 0),
-            ttft_ms=_float_or_none(outcome.get("ttft_ms")),
+            draft_n=_int_or_none(outcome.draft_n),
+            draft_accepted=_int_or_none(outcome.draft_accepted),
+            prompt_tokens=int(outcome.prompt_tokens or 0),
+            cached_tokens=int(outcome.cached_tokens or 0),
+            ttft_ms=_float_or_none(outcome.ttft_ms),
             temperature=float(features.get("temperature", -1)),
             thinking=_thinking(features),
+            inputs=request_inputs(features, classifier.get("scores")),
+            queued=bool(record.decision.get("queue_ms") or 0),
+            backend=str(outcome.backend or record.decision.get("backend") or ""),
+            ts=str(record.ts or ""),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def request_inputs(features: Mapping[str, Any], scores: Any) -> tuple[float, ...]:
+    """The speedup model's inputs from a record's features and class scores."""
+    table = scores if isinstance(scores, Mapping) else None
+    return tuple(float(v) for v in speedup_inputs(features, table))
+
+
+def observations(records: Iterable[RouteRecord]) -> Iterator[Observation]:
+    """What the learner needs from each record; records that taught nothing are dropped."""
+    for record in records:
+        observation = observation_from_record(record)
+        if observation is not None:
+            yield observation
 
 
 def _thinking(features: Mapping[str, Any]) -> bool | None:

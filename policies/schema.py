@@ -6,14 +6,27 @@ carry the file, line and field.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from classifiers.scores import CLASSES
+from policies.pools import ROUTE_WORDS, PoolRoute
 
 Profile = Literal["mtp", "plain"]
 Route = Literal["mtp", "plain", "auto"]
+
+
+def _route_kind(value: Any) -> str:
+    return "[route]" if isinstance(value, str) and value in ROUTE_WORDS else "[pool route]"
+
+
+# A class route: `mtp | plain | auto`, or a named pool / a pool with a rewrite / arms
+# (`policies.pools.PoolRoute`; a bare name that is not a route word is a pool's name).
+RouteSpec = Annotated[
+    Annotated[Route, Tag("[route]")] | Annotated[PoolRoute, Tag("[pool route]")],
+    Discriminator(_route_kind),
+]
 
 
 class _Strict(BaseModel):
@@ -45,8 +58,21 @@ class Overrides(_Strict):
 
 
 class Exploration(_Strict):
-    rate: float = Field(0.05, ge=0.0, le=0.5, description="largest share routed against belief")
-    min_samples: int = Field(30, ge=1, description="samples per arm before a learned value counts")
+    max_regret: float = Field(
+        0.02, ge=0.0, le=0.5,
+        description="most a Thompson draw may cost a request, as a share of its best predicted "
+                    "finish (0: route by the posterior mean only)",
+    )
+    min_samples: int = Field(
+        30, ge=1,
+        description="requests per arm before a class's measured speedup is trusted, and per "
+                    "arm of a pool route before its measured best is its default",
+    )
+    arms_rate: float = Field(
+        0.05, ge=0.0, le=0.5,
+        description="largest share of a route's requests sent to one of its other arms "
+                    "(routes with several arms) to keep comparing them",
+    )
 
 
 class Stickiness(_Strict):
@@ -57,10 +83,15 @@ class Stickiness(_Strict):
 
 class Policy(_Strict):
     schema_version: Literal[1] = 1
+    prior: str = Field(
+        "gb10-ds4",
+        description="machine prior to start from: gb10-ds4, local-pair, or a YAML file "
+                    "(relative to the policy file)",
+    )
     fallback: Profile = Field("plain", description="profile when the classifier fails")
     default: Route = Field("plain", description="profile for a class with no route")
-    routes: dict[str, Route] = Field(default_factory=dict, description="class -> route")
-    languages: dict[str, dict[str, Route]] = Field(
+    routes: dict[str, RouteSpec] = Field(default_factory=dict, description="class -> route")
+    languages: dict[str, dict[str, RouteSpec]] = Field(
         default_factory=dict, description="lang -> {class -> route}, wins over routes"
     )
     assume: Assume = Field(default_factory=Assume)
@@ -70,7 +101,7 @@ class Policy(_Strict):
 
     @field_validator("routes")
     @classmethod
-    def _known_classes(cls, routes: dict[str, Route]) -> dict[str, Route]:
+    def _known_classes(cls, routes: dict[str, RouteSpec]) -> dict[str, RouteSpec]:
         bad = sorted(c for c in routes if c not in CLASSES)
         if bad:
             raise ValueError(f"unknown class(es) {bad}; known: {list(CLASSES)}")
@@ -79,17 +110,32 @@ class Policy(_Strict):
     @field_validator("languages")
     @classmethod
     def _known_classes_per_lang(
-        cls, languages: dict[str, dict[str, Route]]
-    ) -> dict[str, dict[str, Route]]:
+        cls, languages: dict[str, dict[str, RouteSpec]]
+    ) -> dict[str, dict[str, RouteSpec]]:
         for routes in languages.values():
             cls._known_classes(routes)
         return languages
 
     def route_for(self, top_class: str, lang: str) -> tuple[Route, str]:
-        """The configured route for a class and language, and the rule that gave it."""
-        per_lang = self.languages.get(lang, {})
-        if top_class in per_lang:
-            return per_lang[top_class], f"languages.{lang}.{top_class}"
-        if top_class in self.routes:
-            return self.routes[top_class], f"routes.{top_class}"
+        """The built-in route for a class and language, and the rule that gave it. Pool routes
+        are skipped here: `policies.route.decide_route` resolves those."""
+        for table, rule in self._tables(top_class, lang):
+            route = table.get(top_class)
+            if isinstance(route, str):
+                return route, rule
         return self.default, "default"
+
+    def class_route(self, top_class: str, lang: str, endpoint: str) -> tuple[RouteSpec, str]:
+        """The route for a class and language on `endpoint` (a pool route applies only to the
+        endpoints it lists), and the rule that gave it."""
+        for table, rule in self._tables(top_class, lang):
+            route = table.get(top_class)
+            if route is not None and (isinstance(route, str) or route.applies_to(endpoint)):
+                return route, rule
+        return self.default, "default"
+
+    def _tables(self, top_class: str, lang: str) -> list[tuple[dict[str, RouteSpec], str]]:
+        return [
+            (self.languages.get(lang, {}), f"languages.{lang}.{top_class}"),
+            (self.routes, f"routes.{top_class}"),
+        ]

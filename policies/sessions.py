@@ -1,10 +1,9 @@
-"""Session stickiness: keep a conversation on the instance that holds its KV prefix.
+"""Where each conversation's KV prefix lives.
 
-Pure functions (the conversation key, the keep-or-switch verdict) and one small bounded table
-whose methods take `now` (no clock read here). Moving a conversation throws away the live KV
-prefix on the instance that held it, so the next turn re-prefills the whole prompt on the other
-one. A switch pays only when the decode time it saves over the rest of the conversation beats
-that prefill.
+Pure: a function (the conversation key) and one small bounded table whose methods take `now`
+(no clock read here). The finish rule (policies.finish) counts only the uncached part of the
+prompt as prefill on the instance that holds the conversation's prefix: moving a conversation
+re-prefills the whole prompt elsewhere, which it weighs against the queue and the speedup.
 """
 
 from __future__ import annotations
@@ -37,43 +36,6 @@ class Held:
     turns: int
     prompt_tokens: int
     last_seen: float
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchVerdict:
-    switch: bool
-    gain_ms: float  # decode time saved over the expected rest of the conversation
-    cost_ms: float  # re-prefilling the prompt on the other instance
-
-
-def expected_remaining_tokens(turns_so_far: int, mean_completion_tokens: float) -> float:
-    """Decode tokens still to come: a conversation that has run n turns is expected to run
-    about n more (the longer it has lasted, the longer it will last)."""
-    return max(1, turns_so_far) * max(0.0, mean_completion_tokens)
-
-
-def switch_verdict(
-    *,
-    held_profile: str,
-    wanted_profile: str,
-    speedup: float,
-    prompt_tokens: int,
-    remaining_tokens: float,
-    t_plain_ms: float,
-    prefill_ms_per_token: float,
-) -> SwitchVerdict:
-    """Switch when the predicted decode gain over the rest of the conversation beats the cost
-    of re-prefilling the prompt on the wanted instance."""
-    if held_profile == wanted_profile:
-        return SwitchVerdict(False, 0.0, 0.0)
-
-    def decode_ms(profile: str) -> float:
-        per_token = t_plain_ms / speedup if profile == "mtp" and speedup > 0 else t_plain_ms
-        return remaining_tokens * per_token
-
-    gain = decode_ms(held_profile) - decode_ms(wanted_profile)
-    cost = max(0, prompt_tokens) * prefill_ms_per_token
-    return SwitchVerdict(gain > cost, gain, cost)
 
 
 class SessionTable:

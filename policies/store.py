@@ -9,26 +9,32 @@ file in the same directory, then `os.replace`), so a reader never sees half a fi
 
 from __future__ import annotations
 
-import os
+import importlib.resources
 import re
-import tempfile
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
+from policies.learn import learn
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
+from policies.machine import GB10_DS4, MachinePrior, PriorFile, builtin_prior
+from policies.observation import Observation
+from policies.pools import pool_context
+from policies.reload import Reloader, write_atomically
+from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model
 
 LEARNED_SUFFIX: Final = ".learned.json"
+# The policy shipped in the package, wherever it is installed.
+DEFAULT_POLICY: Final = str(importlib.resources.files("policies") / "default.yaml")
 # `path:line: field: message`, as `policies.yamlfile` writes problems.
 _PROBLEM = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?:(?P<field>[^:]+): )?(?P<message>.*)$")
 
 log = structlog.get_logger("specroute.policy")
-
-Signature = tuple[int, int, int]  # (inode, size, mtime_ns): os.replace changes the inode
 
 
 def learned_path_for(policy_path: str | Path) -> Path:
@@ -39,13 +45,17 @@ def learned_path_for(policy_path: str | Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The policy and learned state in force, and what they were read from."""
+    """The policy (with its machine prior, resolved) and learned state in force."""
 
     policy: Policy
     learned: LearnedState
-    policy_signature: Signature | None
-    learned_signature: Signature | None
     loaded_at: float = 0.0
+    prior: MachinePrior = GB10_DS4
+
+    @property
+    def model(self) -> RouteModel:
+        """The route model from the prior and the learned evidence (no online updates)."""
+        return RouteModel(self.prior, self.learned.evidence)
 
 
 @dataclass
@@ -58,19 +68,34 @@ class PolicyStore:
     """Holds the current `Snapshot`; `reload_if_changed` swaps in new files that validate."""
 
     def __init__(
-        self, policy_path: str | Path, learned_path: str | Path | None = None, *, now: float = 0.0
+        self,
+        policy_path: str | Path,
+        learned_path: str | Path | None = None,
+        *,
+        now: float = 0.0,
+        pools: Iterable[str] = (),
     ) -> None:
         """Load both files; an invalid policy raises `ConfigError` (nothing to fall back to),
         a missing learned file means nothing learned yet, an invalid one is logged and
-        ignored."""
+        ignored. `pools`: the named pools of the config, which the policy's routes may name
+        (checked on load and on every reload)."""
         self.policy_path = Path(policy_path)
+        self._context = pool_context(pools)
         self.learned_path = Path(learned_path) if learned_path else learned_path_for(policy_path)
         self.counters = ReloadCounters()
-        policy = load_model(self.policy_path, Policy)
-        learned, learned_sig = self._read_learned_or_empty()
-        self._snapshot = Snapshot(
-            policy, learned, _signature(self.policy_path), learned_sig, loaded_at=now
+        # A deleted policy keeps the policy in force; a deleted learned state: nothing learned.
+        self._policy_file = Reloader(
+            self.policy_path, lambda path: _read_policy(path, self._context),
+            errors=(ConfigError,),
+            on_error=lambda exc: self._failed("policy", self.policy_path, exc),
         )
+        self._learned_file = Reloader(
+            self.learned_path, _read_learned, errors=(OSError, LearnedStateError),
+            on_error=lambda exc: self._failed("learned", self.learned_path, exc),
+            if_deleted=lambda: EMPTY_STATE,
+        )
+        policy, prior = _read_policy(self.policy_path, self._context)
+        self._snapshot = Snapshot(policy, self._initial_learned(), loaded_at=now, prior=prior)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -87,92 +112,94 @@ class PolicyStore:
     def reload_if_changed(self, now: float) -> bool:
         """Re-read whichever file changed since the last look; True when a new snapshot is in
         force."""
-        current = self._snapshot
-        new, changed_policy = self._with_new_policy(current)
-        new, changed_learned = self._with_new_learned(new)
-        if not (changed_policy or changed_learned):
-            self._snapshot = new  # may remember the signature of a file that failed
+        policy = self._policy_file.reload()
+        learned = self._learned_file.reload()
+        if policy is None and learned is None:
             return False
-        self._snapshot = replace(new, loaded_at=now)
+        current = self._snapshot
+        self._snapshot = Snapshot(
+            policy[0] if policy is not None else current.policy,
+            learned if learned is not None else current.learned,
+            loaded_at=now,
+            prior=policy[1] if policy is not None else current.prior,
+        )
         self.counters.ok += 1
         log.info(
             "policy_reloaded",
-            policy=str(self.policy_path) if changed_policy else None,
-            learned=str(self.learned_path) if changed_learned else None,
+            policy=str(self.policy_path) if policy is not None else None,
+            learned=str(self.learned_path) if learned is not None else None,
         )
         return True
 
-    def _with_new_policy(self, snapshot: Snapshot) -> tuple[Snapshot, bool]:
-        """The snapshot with the policy file re-read if it changed (a deleted file keeps the
-        policy in force); a file that fails is remembered so that one bad save is reported
-        once."""
-        signature = _signature(self.policy_path)
-        if signature is None or signature == snapshot.policy_signature:
-            return snapshot, False
-        policy = self._read_policy()
-        new = replace(snapshot, policy=policy or snapshot.policy, policy_signature=signature)
-        return new, policy is not None
-
-    def _with_new_learned(self, snapshot: Snapshot) -> tuple[Snapshot, bool]:
-        """The snapshot with the learned file re-read if it changed (deleted: nothing learned)."""
-        signature = _signature(self.learned_path)
-        if signature == snapshot.learned_signature:
-            return snapshot, False
-        learned = self._read_learned() if signature is not None else EMPTY_STATE
-        new = replace(snapshot, learned=learned or snapshot.learned, learned_signature=signature)
-        return new, learned is not None
-
-    def _read_policy(self) -> Policy | None:
+    def _initial_learned(self) -> LearnedState:
+        if not self.learned_path.exists():
+            return EMPTY_STATE
         try:
-            return load_model(self.policy_path, Policy)
-        except ConfigError as exc:
-            self._failed("policy", str(self.policy_path), exc.problems)
-            return None
-
-    def _read_learned(self) -> LearnedState | None:
-        try:
-            return from_json(self.learned_path.read_text(encoding="utf-8"))
+            return _read_learned(self.learned_path)
         except (OSError, LearnedStateError) as exc:
-            self._failed("learned", str(self.learned_path), [f"{self.learned_path}:1: {exc}"])
-            return None
+            self._failed("learned", self.learned_path, exc)
+            return EMPTY_STATE
 
-    def _read_learned_or_empty(self) -> tuple[LearnedState, Signature | None]:
-        signature = _signature(self.learned_path)
-        if signature is None:
-            return EMPTY_STATE, None
-        return self._read_learned() or EMPTY_STATE, signature
-
-    def _failed(self, kind: str, path: str, problems: list[str]) -> None:
+    def _failed(self, kind: str, path: Path, exc: Exception) -> None:
         self.counters.failed[kind] += 1
+        # `file:line: field: message`; a learned file's errors are about its line 1
+        problems = exc.problems if isinstance(exc, ConfigError) else [f"{path}:1: {exc}"]
         first = _PROBLEM.match(problems[0]) if problems else None
         log.error(
             "policy_reload_failed",
             kind=kind,
-            file=path,
+            file=str(path),
             line=int(first["line"]) if first else None,
             field=first["field"] if first else None,
             problems=problems,
         )
 
 
+def _read_policy(path: Path, context: dict[str, Any]) -> tuple[Policy, MachinePrior]:
+    policy = load_model(path, Policy, context=context)
+    return policy, load_prior(policy, path)
+
+
+def load_prior(policy: Policy, policy_path: str | Path) -> MachinePrior:
+    """The policy's machine prior: a built-in profile by name, else a YAML file (relative to
+    the policy file); a bad file raises `ConfigError` naming it."""
+    prior = builtin_prior(policy.prior)
+    if prior is not None:
+        return prior
+    path = Path(policy.prior)
+    if not path.is_absolute():
+        path = Path(policy_path).parent / path
+    if not path.is_file():
+        problem = (f"{policy_path}:1: prior: {policy.prior!r} is neither a built-in machine "
+                   "profile (gb10-ds4, local-pair) nor a file")
+        raise ConfigError(str(policy_path), [problem])
+    try:
+        return load_model(path, PriorFile).prior(str(path))
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(path), [f"{path}:1: {exc}"]) from exc
+
+
+def _read_learned(path: Path) -> LearnedState:
+    return from_json(path.read_text(encoding="utf-8"))
+
+
 def write_learned(path: str | Path, state: LearnedState) -> None:
     """Write the learned state so that a reader sees the old file or the new, never half."""
-    target = Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(to_json(state))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, to_json(state))
 
 
-def _signature(path: Path) -> Signature | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+def learn_to_file(
+    observations: Iterable[Observation], policy: Policy, out: str | Path, *, created: str
+) -> LearnedState:
+    """Learn under `policy` and write the state atomically (the store then hot-reloads it):
+    `specroute learn` and the proxy's background learner (in a worker thread)."""
+    state = learn(
+        observations,
+        min_samples=policy.exploration.min_samples,
+        assume=policy.assume,
+        created=created,
+    )
+    write_learned(out, state)
+    return state

@@ -27,18 +27,21 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
-def load_model(path: str | Path, model: type[M]) -> M:
+def load_model(path: str | Path, model: type[M], *, context: dict[str, Any] | None = None) -> M:
     """Read and validate `path` as `model`, or raise `ConfigError` with located problems."""
     path = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(path, [f"{path}: cannot read: {exc.strerror or exc}"]) from exc
-    return parse_model(text, model, path=path)
+    return parse_model(text, model, path=path, context=context)
 
 
-def parse_model(text: str, model: type[M], *, path: str = "<string>") -> M:
-    """Validate YAML `text` as `model`; errors carry `path:line: field: message`."""
+def parse_model(
+    text: str, model: type[M], *, path: str = "<string>", context: dict[str, Any] | None = None
+) -> M:
+    """Validate YAML `text` as `model`; errors carry `path:line: field: message`. `context`
+    reaches the model's validators (e.g. the pools a policy may name)."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -53,13 +56,14 @@ def parse_model(text: str, model: type[M], *, path: str = "<string>") -> M:
         raise ConfigError(path, [f"{path}:1: the file must hold a mapping at the top level"])
     lines = _line_map(node)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(path, [_locate(path, err, lines) for err in exc.errors()]) from exc
 
 
 def _locate(path: str, err: Any, lines: dict[Location, int]) -> str:
-    loc = tuple(err["loc"])
+    # A tagged union puts its tag in the location; ours are bracketed ("[pool route]").
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("[")))
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = _nearest_line(loc, lines)
     message = err["msg"]

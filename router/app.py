@@ -1,8 +1,8 @@
 """`create_app(config, deps=...)`: the aiohttp application, its state and its background work.
 
 State lives in typed `web.AppKey`s; the HTTP client session, the decision log and background
-tasks live in `cleanup_ctx`. Nothing here is a module-level singleton: two apps in one process
-(as in tests) share nothing.
+tasks live in `cleanup_ctx`; `/metrics` and `/dashboard` are add-ons (`router.addons`). Nothing
+here is a module-level singleton: two apps in one process (as in tests) share nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 import structlog
@@ -19,24 +19,27 @@ from aiohttp import web
 
 from classifiers.features import TokenCounter, ToolsMemo
 from decisionlog.writer import DecisionLog
+from policies.armstore import ArmsHolder, arms_path_for
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router import handlers
-from router.addons.dashboard import RecentRecords, add_dashboard_routes
-from router.addons.metrics import Metrics
+from router.addons.addon import install
+from router.addons.dashboard import DashboardAddon
+from router.addons.metrics import MetricsAddon
 from router.config import Config
 from router.errors import openai_errors
 from router.learning import background_learner
+from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
-from router.sinks import CallSink, SinkHealth
+from router.sinks import RecordSink, SinkHealth
 from router.state import (
+    ARMS,
     CONFIG,
     DEPS,
-    METRICS,
+    ONLINE,
     POLICY,
     POOL,
-    RECENT,
     SCORER,
     SESSION,
     SESSIONS,
@@ -47,7 +50,7 @@ from router.state import (
     TOOLS_MEMO,
     Deps,
 )
-from router.supervision import record_restarts, supervise
+from router.supervision import supervise
 
 log = structlog.get_logger("specroute")
 # Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).
@@ -59,20 +62,20 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     deps = deps or Deps()
     max_body = int(config.limits.max_body_mb * 2**20)
     app = web.Application(middlewares=[openai_errors], client_max_size=max_body)
-    store = PolicyStore(config.policy, now=deps.clock())
+    store = PolicyStore(config.policy, now=deps.clock(), pools=config.pools)
     stickiness = store.policy.stickiness
     app[CONFIG] = config
     app[DEPS] = deps
-    app[POOL] = BackendPool(config.backends)
+    app[POOL] = BackendPool(config.backends, pools=config.pools)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
     app[POLICY] = store
+    app[ARMS] = ArmsHolder(arms_path_for(config.policy))
     app[SESSIONS] = SessionTable(stickiness.max_conversations, stickiness.ttl_s)
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
-    app[METRICS] = Metrics()
-    app[RECENT] = RecentRecords()
-    app[SINKS] = [CallSink("metrics", app[METRICS].observe), CallSink("dashboard", app[RECENT].add),
-                  *deps.sinks]
-    app[SINK_HEALTH] = SinkHealth(on_failure=app[METRICS].inc_sink_failure)
+    online = OnlineModel(store)  # the route model, updated as records are written
+    app[ONLINE] = online
+    sinks: list[RecordSink] = [online]
+    app[SINKS] = sinks
     app[TASKS] = set()
     app[TOOLS_MEMO] = ToolsMemo()
     app.cleanup_ctx.append(_client_session)
@@ -81,20 +84,12 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(_reloader)
     app.cleanup_ctx.append(background_learner)
     handlers.add_routes(app)
-    add_dashboard_routes(app, records_source=app[RECENT].snapshot, status_source=lambda: _status(app),
-                         admin_token=config.admin.token)
+    metrics = MetricsAddon(admin_token=config.admin.token)
+    install(app, [metrics, DashboardAddon(admin_token=config.admin.token)])
+    app[SINKS].extend(deps.sinks)
+    # A sink that fails is counted on /metrics as well as reported on /readyz.
+    app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
     return app
-
-
-def _status(app: web.Application) -> dict[str, Any]:
-    """What the dashboard shows besides the records: backend health and learned thresholds."""
-    backends = app[POOL].describe(app[DEPS].clock())
-    learned = app[POLICY].learned
-    thresholds = {
-        key: {"value": b.threshold, "uncertainty": b.se, "trusted": b.trusted}
-        for key, b in learned.beliefs.items()
-    }
-    return {"backends": backends, "thresholds": thresholds}
 
 
 def _load_tokens(config: Config) -> TokenCounter | None:
@@ -144,26 +139,17 @@ async def _reloader(app: web.Application) -> AsyncIterator[None]:
 async def _reload_loop(app: web.Application) -> None:
     """Hot reload: the policy and learned state, the classifier artifact; expire sessions."""
     deps = app[DEPS]
-    restarts_seen: dict[str, int] = {}
     while True:
         await asyncio.sleep(deps.reload_interval_s)
         reload_once(app)
-        record_restarts(app, restarts_seen)
 
 
 def reload_once(app: web.Application) -> None:
     now = app[DEPS].clock()
-    store, metrics = app[POLICY], app[METRICS]
-    failed_before = sum(store.counters.failed.values())
+    store = app[POLICY]
     if store.reload_if_changed(now):
-        metrics.policy_reload(ok=True)
         stickiness = store.policy.stickiness
         app[SESSIONS].resize(stickiness.max_conversations, stickiness.ttl_s)
-        for key, threshold in store.learned.thresholds().items():
-            metrics.set_threshold(key, threshold)
-    if sum(store.counters.failed.values()) > failed_before:
-        metrics.policy_reload(ok=False)
     app[SCORER].reload_if_changed()
+    app[ARMS].reload_if_changed()
     app[SESSIONS].expire(now)
-    for backend in app[POOL].describe(now):
-        metrics.set_backend_health(str(backend["name"]), str(backend["profile"]), bool(backend["healthy"]))

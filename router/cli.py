@@ -1,8 +1,8 @@
 """`specroute`: one CLI, noun groups and verb commands (`python -m router` works too).
 
 Every option has help and shows its default. Commands from the other packages register
-themselves through `register(subparsers, ...)` functions; readers that need the decision-log
-schema (which lives here, in `router`) are injected into them.
+themselves through their `register(subparsers, ...)` functions; each reads the decision log
+through `decisionlog` itself.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from policies.commands import ConfigFacts
+
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 from router.config import Config, ConfigError, load_config
@@ -66,20 +68,31 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _registrars() -> list[Callable[[Subparsers], None]]:
-    """The `register` functions of the other packages' command modules, with the log readers
-    they need injected (the decision-log schema lives in `router`)."""
+    """The `register` functions of the other packages' command modules (`backends` and
+    `policies` are handed the config loader: the config's schema lives here, in `router`)."""
     from backends import commands as backend_commands
     from classifiers import commands as classifier_commands
-    from decisionlog.readers import read_log_outcomes, read_observations
     from policies import commands as policy_commands
     from router.ops import commands as ops_commands
 
     return [
         lambda sub: backend_commands.register(sub, load_config=lambda p: load_config(p).backends),
-        lambda sub: classifier_commands.register(sub, read_log_outcomes=read_log_outcomes),
-        lambda sub: policy_commands.register(sub, read_observations=read_observations),
+        classifier_commands.register,
+        lambda sub: policy_commands.register(sub, read_config=_config_facts),
         ops_commands.register,
     ]
+
+
+def _config_facts(path: str) -> ConfigFacts:
+    """What `policy check | explain --config` need from a config.yaml."""
+    from policies.commands import ConfigFacts
+
+    config = load_config(path)
+    return ConfigFacts(
+        policy=config.policy,
+        pools={name: tuple(members) for name, members in config.pools.items()},
+        backends=tuple((b.name, b.profile, b.engine) for b in config.backends),
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:

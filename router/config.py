@@ -6,15 +6,17 @@ Relative paths in the file are resolved against the file's directory, so that
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from backends.spec import BackendSpec
+from policies.pools import POOL_NAME, ROUTE_WORDS
+from policies.store import DEFAULT_POLICY
 from policies.yamlfile import ConfigError, load_model
 
 SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
-DEFAULT_POLICY = str(Path(__file__).resolve().parent.parent / "policies" / "default.yaml")
 
 
 class _Strict(BaseModel):
@@ -62,13 +64,18 @@ class AdminConfig(_Strict):
 
 class LearnConfig(_Strict):
     interval_s: float = Field(
-        300.0, ge=0, description="learn thresholds from the decision log this often (0: never)"
+        300.0, ge=0, description="learn from the decision log this often (0: never)"
     )
 
 
 class Config(_Strict):
     listen: Listen = Field(default_factory=Listen)
     backends: list[BackendSpec] = Field(..., min_length=1)
+    pools: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="named pools: name -> backend names (mtp and plain are built in: every "
+        "instance of that profile); a policy route may name one",
+    )
     default_backend: str = Field("", description="backend for other /v1/* paths (default: first)")
     policy: str = Field(DEFAULT_POLICY, description="routing policy YAML (hot-reloaded)")
     classifier: str = Field(
@@ -92,6 +99,25 @@ class Config(_Strict):
         if self.default_backend and self.default_backend not in names:
             raise ValueError(f"default_backend {self.default_backend!r} is not a backend name")
         return self
+
+    @field_validator("pools")
+    @classmethod
+    def _pools(cls, pools: dict[str, list[str]], info: ValidationInfo) -> dict[str, list[str]]:
+        names = {b.name for b in info.data.get("backends") or []}
+        for pool, members in pools.items():
+            if pool in ROUTE_WORDS or not re.match(POOL_NAME, pool):
+                raise ValueError(f"{pool!r} cannot name a pool (built in: mtp, plain; "
+                                 "reserved: auto; letters, digits, '_', '.', '-')")
+            if not members:
+                raise ValueError(f"pool {pool!r} lists no backends")
+            unknown = sorted(set(members) - names)
+            if unknown:
+                raise ValueError(f"pool {pool!r}: not backend names: {unknown}")
+        return pools
+
+    def pools_of(self, backend: str) -> frozenset[str]:
+        """The named pools `backend` belongs to."""
+        return frozenset(pool for pool, members in self.pools.items() if backend in members)
 
     @property
     def default_backend_name(self) -> str:

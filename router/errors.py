@@ -11,19 +11,9 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from backends.openai_error import error_body
 
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    502: "upstream_error",
-    503: "service_unavailable",
-}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class RequestError(Exception):
@@ -40,15 +30,7 @@ class RequestError(Exception):
 def error_response(
     status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> web.Response:
-    body = {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error"),
-            "param": param,
-            "code": code or None,
-        }
-    }
-    return web.json_response(body, status=status)
+    return web.json_response(error_body(status, message, param=param, code=code), status=status)
 
 
 def _echo_path(path: str, cap: int = 200) -> str:
@@ -72,7 +54,7 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         if "Allow" in exc.headers:  # a 405 says what is allowed (RFC 9110 15.5.6)
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except (ConnectionResetError, web.HTTPClientError):
+    except ConnectionResetError:
         raise
     except Exception:  # noqa: BLE001  # a clean 500 for the client; the trace goes to our log
         structlog.get_logger("specroute").exception("unhandled_error", path=_echo_path(request.path))

@@ -21,11 +21,18 @@ from backends.engines import adapter_for
 from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
-from router.admin import guard_admin
 from router.errors import RequestError, error_response
 from router.openapi import openapi_document
 from router.paths import forwardable_path
-from router.routing import CONTENT_CAP, RoutedRequest, plan_request, record_for, upstream_body
+from router.routing import (
+    CONTENT_CAP,
+    Incoming,
+    RoutedRequest,
+    RoutingInputs,
+    plan_request,
+    record_for,
+    upstream_body,
+)
 from router.sinks import write_all
 
 ROUTED = {
@@ -49,7 +56,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_route("*", "/v1/models", _method_not_allowed("GET, HEAD"))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/openapi.json", openapi)
 
@@ -93,21 +99,23 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     started = deps.clock()
     raw = await read_body(request)
     snapshot = app[state.POLICY].snapshot
-    plan = plan_request(
-        endpoint,
-        raw,
-        request_id=deps.new_request_id(),
+    incoming = Incoming(
+        endpoint, raw, request_id=deps.new_request_id(),
         header_route=request.headers.get("x-specroute-route"),
         conversation_hint=request.headers.get("x-specroute-conversation"),
+    )
+    plan = plan_request(incoming, RoutingInputs(
         policy=snapshot.policy,
-        learned=snapshot.learned,
+        model=app[state.ONLINE].model,
         scorer=app[state.SCORER].current,
-        count_tokens=app[state.TOKENS],  # type: ignore[arg-type]
+        count_tokens=app[state.TOKENS],
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
+        arms=app[state.ARMS].state,
+        engine_of=lambda name: pool.runtime(name).spec.engine,
         tools_memo=app[state.TOOLS_MEMO],
-    )
+    ))
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
@@ -123,19 +131,18 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
     result = ForwardResult(meter=StreamMeter(started_at=started,
                                              text_cap=options.keep_text_chars))
-    pool.begin(primary)
+    ticket = pool.begin(primary, plan.decision.service_ms, started)
     try:
-        response, _ = await forward(
+        return await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
-            clock=deps.clock, started_at=started, options=options,
-            response_headers=lambda r: _route_headers(plan, r, started), result=result,
+            result=result, clock=deps.clock, options=options,
+            response_headers=lambda r: _route_headers(plan, r, started),
         )
-        return response
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
         raise
     finally:
-        pool.end(primary)
+        pool.end(primary, ticket)
         if counters is None:
             _account(app, plan, result, started)
         else:  # an await: shielded, so that a client hanging up now loses no record
@@ -172,6 +179,8 @@ def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -
         "x-specroute-reason": plan.decision.reason,
         "x-specroute-overhead-ms": f"{overhead:.3f}",
         "x-specroute-request-id": plan.request_id,
+        "x-specroute-pool": plan.pool,
+        "x-specroute-rewrite": plan.rewrite_header(),
     }
 
 
@@ -239,23 +248,15 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     default = config.default_backend_name
     healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
     body = await read_body(request) if request.can_read_body else None
-    response, result = await forward(
+    result = ForwardResult(meter=StreamMeter(started_at=started))
+    response = await forward(
         request, app[state.SESSION], pool.targets([default, *healthy]), path,
-        body, clock=deps.clock, started_at=started,
+        body, result=result, clock=deps.clock,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
     )
     for name in result.failover_from:
         pool.mark_failed(name, deps.clock(), result.error)
-    return response
-
-
-async def metrics(request: web.Request) -> web.Response:
-    """Prometheus exposition of this app's registry (loopback or admin token only)."""
-    guard_admin(request, request.app[state.CONFIG].admin.token)
-    body, content_type = request.app[state.METRICS].render()
-    response = web.Response(body=body)
-    response.headers["Content-Type"] = content_type
     return response
 
 

@@ -1,5 +1,6 @@
-"""The background learner: every `learn.interval_s`, learn the thresholds from the decision log
-and write the learned state next to the policy, where the store hot-reloads it.
+"""The background learner: every `learn.interval_s`, learn from the whole decision log (the route
+model's evidence, the per-class tables) and write the learned state next to the policy, where
+the store hot-reloads it (records written since reach the model online: router.online).
 
 Learning reads the whole rotated log (bounded by `log.rotate_mb * log.keep`) and does
 arithmetic: it runs in a worker thread so that the event loop keeps relaying streams.
@@ -15,10 +16,14 @@ from datetime import datetime
 import structlog
 from aiohttp import web
 
-from decisionlog.readers import read_observations
-from policies.commands import learn_to_file
+from decisionlog.readers import iter_log_records
+from decisionlog.records import ReadStats
+from policies.arms import arm_observations, learn_arms
+from policies.armstore import write_arms
 from policies.learned import LearnedState
-from router.state import CONFIG, DEPS, POLICY
+from policies.observation import observations
+from policies.store import learn_to_file
+from router.state import ARMS, CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
 
@@ -26,12 +31,25 @@ log = structlog.get_logger("specroute")
 def learn_now(app: web.Application, now: datetime) -> LearnedState:
     """Learn from the decision log under the policy in force; write the state atomically."""
     store = app[POLICY]
-    observations = list(read_observations([app[CONFIG].log.path]))
-    state = learn_to_file(observations, store.policy, store.learned_path, created=now.isoformat())
+    read = ReadStats()
+    records = iter_log_records([app[CONFIG].log.path], read)
+    state = learn_to_file(observations(records), store.policy, store.learned_path,
+                          created=now.isoformat())
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
-             trusted=sorted(k for k, b in state.beliefs.items() if b.trusted),
-             path=str(store.learned_path))
+             log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
+             plain_outcomes=state.evidence.plain_ms.n,
+             through=state.evidence.through, path=str(store.learned_path))
+    learn_arms_now(app)
     return state
+
+
+def learn_arms_now(app: web.Application) -> None:
+    """The arms' stats (each pool and rewrite a route allows) from the decision log, written
+    next to the policy and put in force."""
+    holder = app[ARMS]
+    state = learn_arms(arm_observations(iter_log_records([app[CONFIG].log.path])))
+    write_arms(holder.path, state)
+    holder.set(state)
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:

@@ -81,7 +81,8 @@ def _routed(endpoint: str, field: str, schema: dict[str, Any]) -> dict[str, Any]
                 # mtp, plain or auto, any case, blanks around; empty: as if absent
                 {"name": "x-specroute-route", "in": "header", "required": False,
                  "schema": {"type": "string", "pattern": _ROUTE_PATTERN,
-                            "description": f"one of {', '.join(HEADER_ROUTES)}; else a 400"}},
+                            "description": f"one of {', '.join(HEADER_ROUTES)} or a pool the config "
+                                           "names (any case); else a 400"}},
                 {"name": "x-specroute-conversation", "in": "header", "required": False,
                  "schema": {"type": "string"}},
             ],

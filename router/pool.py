@@ -8,12 +8,14 @@ per interval rather than one per request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import count
 
 from backends.spec import BackendSpec
 from backends.upstream import Target
 from policies.decide import BackendState
+from policies.finish import InFlight
 
 
 @dataclass(slots=True)
@@ -26,15 +28,33 @@ class BackendRuntime:
     served: int = 0
     failures: int = 0
     started: int = 0  # requests ever sent here (tells whether two requests overlapped)
+    # ticket -> (predicted service ms, when it was sent): the queue the finish rule prices
+    running: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def queue(self, now: float) -> tuple[InFlight, ...]:
+        return tuple(InFlight(ms, max(0.0, now - sent) * 1000.0)
+                     for ms, sent in self.running.values())
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
 
 
 class BackendPool:
-    def __init__(self, specs: Iterable[BackendSpec], *, retry_after_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        specs: Iterable[BackendSpec],
+        *,
+        retry_after_s: float = 5.0,
+        pools: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
         self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
         self._retry_after_s = retry_after_s
+        self._tickets = count(1)
+        # backend -> the named pools it belongs to (config.yaml `pools`)
+        self._pools = {
+            name: frozenset(p for p, members in (pools or {}).items() if name in members)
+            for name in self._backends
+        }
 
     @property
     def names(self) -> list[str]:
@@ -45,7 +65,8 @@ class BackendPool:
 
     def states(self, now: float) -> list[BackendState]:
         return [
-            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight)
+            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight, b.queue(now),
+                         self._pools[b.spec.name])
             for b in self._backends.values()
         ]
 
@@ -76,20 +97,28 @@ class BackendPool:
             backend.served += 1
             backend.failed_until = 0.0
 
-    def begin(self, name: str) -> None:
+    def begin(self, name: str, predicted_ms: float = 0.0, now: float = 0.0) -> int:
+        """A request sent to `name`, predicted to take `predicted_ms` once served; returns
+        the ticket that `end` takes."""
+        ticket = next(self._tickets)
         if name in self._backends:
-            self._backends[name].inflight += 1
-            self._backends[name].started += 1
+            backend = self._backends[name]
+            backend.inflight += 1
+            backend.started += 1
+            backend.running[ticket] = (predicted_ms, now)
+        return ticket
 
-    def end(self, name: str) -> None:
+    def end(self, name: str, ticket: int = 0) -> None:
         if name in self._backends:
             self._backends[name].inflight -= 1
+            self._backends[name].running.pop(ticket, None)
 
     def describe(self, now: float) -> list[dict[str, object]]:
         return [
             {
                 "name": b.spec.name,
                 "profile": b.spec.profile,
+                "pools": sorted(self._pools[b.spec.name]),
                 "engine": b.spec.engine,
                 "url": b.spec.base_url,
                 "healthy": b.healthy(now),

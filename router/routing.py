@@ -20,8 +20,11 @@ from classifiers.features import Features, TokenCounter, ToolsMemo, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
-from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
-from policies.learned import LearnedState
+from policies.arms import EMPTY_ARMS, ArmsState
+from policies.decide import BackendState, Decision, RequestContext
+from policies.rewrite import Applied, apply_rewrite
+from policies.route import Routed, decide_route
+from policies.routemodel import RouteModel
 from policies.schema import Policy
 from policies.sessions import Held, conversation_key
 from router.errors import RequestError
@@ -50,55 +53,91 @@ class RoutedRequest:
     decision: Decision
     order: tuple[str, ...]  # backends to try, in order
     conversation: str
+    routed: Routed | None = None  # the pool and arm (None: planned without pools)
+    rewrite: Applied | None = None  # the route's rewrite, applied to `body`
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether the body sent upstream differs from the client's (it is then re-encoded)."""
+        return self.rewrite is not None and self.rewrite.changed
+
+    def decision_record(self) -> dict[str, Any]:
+        return self.routed.as_dict() if self.routed is not None else self.decision.as_dict()
+
+    @property
+    def pool(self) -> str:
+        """The pool asked for (`x-specroute-pool`)."""
+        return self.routed.pool if self.routed is not None else self.decision.profile
+
+    def rewrite_header(self) -> str:
+        """`x-specroute-rewrite`: the route's rewrite as applied, or `none`."""
+        return self.rewrite.label if self.rewrite is not None else "none"
 
 
-def plan_request(
-    endpoint: str,
-    raw: bytes,
-    *,
-    request_id: str,
-    header_route: str | None,
-    conversation_hint: str | None,
-    policy: Policy,
-    learned: LearnedState,
-    scorer: Scorer,
-    count_tokens: TokenCounter | None,
-    backends: list[BackendState],
-    draw: float | None,
-    held_for: Callable[[str], Held | None],
-    tools_memo: ToolsMemo | None = None,
-) -> RoutedRequest:
-    """Parse, classify and decide; raises `RequestError` (4xx) on bad input.
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One request as it arrived: its endpoint, its bytes and the headers routing reads."""
 
-    `draw` is a uniform random number for exploration (None: never explore); `held_for(key)`
-    says where a conversation's prefix lives, for stickiness.
+    endpoint: str
+    raw: bytes
+    request_id: str
+    header_route: str | None = None  # x-specroute-route
+    conversation_hint: str | None = None  # x-specroute-conversation
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingInputs:
+    """What a request is decided with, as it is at that moment.
+
+    `draw` is a uniform random number for the arms' exploration and the Thompson draw (None:
+    the route's best arm and the posterior median, no exploration); `held_for(key)` says where
+    a conversation's prefix lives; `engine_of(backend)` says which engine a backend runs (a
+    rewrite of thinking goes in that engine's own field).
     """
-    body = _parse_json(raw)
+
+    policy: Policy
+    model: RouteModel  # the machine prior with what the log taught, online updates included
+    scorer: Scorer
+    count_tokens: TokenCounter | None
+    backends: list[BackendState]
+    draw: float | None
+    held_for: Callable[[str], Held | None]
+    arms: ArmsState = EMPTY_ARMS
+    engine_of: Callable[[str], str] = lambda name: "openai"
+    tools_memo: ToolsMemo | None = None  # the app's memo of tool-list facts (agents resend them)
+
+
+def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
+    """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
+    bad input."""
+    body = _parse_json(incoming.raw)
     try:
-        view = view_request(endpoint, body)
+        view = view_request(incoming.endpoint, body)
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
-    route = (header_route or "").strip().lower()
-    if route and route not in HEADER_ROUTES:
-        raise RequestError(
-            400,
-            f"x-specroute-route must be one of {', '.join(HEADER_ROUTES)}; "
-            f"got {_echo(header_route or '')}",
-            param="x-specroute-route", code="invalid_route_header",
-        )
-    features = extract(view, count_tokens, tools_memo)
-    scored = score_safely(scorer, view, features)
+    route = _header_route(incoming.header_route, inputs.backends)
+    features = extract(view, inputs.count_tokens, inputs.tools_memo)
+    scored = score_safely(inputs.scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
-    conversation = conversation_key(view, conversation_hint)
-    decision = decide(
-        policy, features, scored.scores, backends, context, learned.thresholds(),
-        learned=learned, draw=draw, held=held_for(conversation),
+    conversation = conversation_key(view, incoming.conversation_hint)
+    routed = decide_route(
+        inputs.policy, features, scored.scores, inputs.backends, context,
+        model=inputs.model, endpoint=incoming.endpoint, arms=inputs.arms, draw=inputs.draw,
+        held=inputs.held_for(conversation),
     )
+    rewrite = None
+    if routed.rewrite is not None:
+        first = routed.decision.backend or (routed.order[0] if routed.order else "")
+        # Applied to the body as the standard parser reads it (every number as the client wrote
+        # it): a rewritten body is re-encoded for the backend from this.
+        rewrite = apply_rewrite(routed.rewrite, _exact_loads(incoming.raw), endpoint=incoming.endpoint,
+                                engine=inputs.engine_of(first))
     return RoutedRequest(
-        request_id=request_id, endpoint=endpoint, body=body, view=view, features=features,
-        scores=scored.scores, scorer_name=scorer.name, scorer_error=scored.error,
-        decision=decision, order=tuple(failover_order(decision, backends)),
-        conversation=conversation,
+        request_id=incoming.request_id, endpoint=incoming.endpoint,
+        body=rewrite.body if rewrite is not None else body, view=view, features=features,
+        scores=scored.scores, scorer_name=inputs.scorer.name, scorer_error=scored.error,
+        decision=routed.decision, order=routed.order, conversation=conversation,
+        routed=routed, rewrite=rewrite,
     )
 
 
@@ -107,19 +146,28 @@ def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path:
 
     The engine's adapter asks for what makes it report its stats (`stream_options.include_usage`
     on streams, SGLang's `return_meta_info`); the relay strips those again. When nothing is
-    added, the body goes upstream exactly as received.
+    added and no rewrite changed the body, it goes upstream exactly as received.
     """
     tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
+    if plan.rewritten:  # the client's bytes are not what goes upstream: encoded once, whole
+        return encode_json(tweaked.body), tweaked
     if not (tweaked.added_usage or tweaked.added_meta_info):
         return raw, tweaked
     spliced = _with_members_added(raw, plan.body, tweaked.body)
     if spliced is not None:
         return spliced, tweaked
+    exact = _exact_loads(raw)
+    return encode_json(adapter.request_tweaks(exact, stream=plan.view.stream, path=path).body), tweaked
+
+
+def _exact_loads(raw: bytes) -> dict[str, Any]:
+    """The (already validated) body as the standard parser reads it: every number as the client
+    wrote it, for a body that is re-encoded."""
     try:
-        exact = json.loads(raw)  # every number as the client wrote it, for re-encoding
-        return encode_json(adapter.request_tweaks(exact, stream=plan.view.stream, path=path).body), tweaked
+        body: dict[str, Any] = json.loads(raw)
     except RecursionError as exc:
         raise _too_deep() from exc
+    return body
 
 
 def _with_members_added(raw: bytes, before: dict[str, Any], after: dict[str, Any]) -> bytes | None:
@@ -197,10 +245,26 @@ def record_for(
         conversation=plan.conversation,
         features=plan.features.as_dict(),
         classifier=classifier,
-        decision=plan.decision.as_dict(),
+        decision=plan.decision_record(),
         outcome=outcome,
         overhead_ms=round(overhead, 3),
         content=content,
+        rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
+    )
+
+
+def _header_route(header: str | None, backends: list[BackendState]) -> str:
+    """The `x-specroute-route` value: mtp, plain, auto or a named pool (any case); else a 400."""
+    route = (header or "").strip()
+    if route.lower() in HEADER_ROUTES:
+        return route.lower()
+    named = {pool.lower(): pool for b in backends for pool in b.pools}
+    if not route or route.lower() in named:
+        return named.get(route.lower(), "")
+    allowed = ", ".join([*HEADER_ROUTES, *sorted(named.values())])
+    raise RequestError(
+        400, f"x-specroute-route must be one of {allowed}; got {_echo(header or '')}",
+        param="x-specroute-route", code="invalid_route_header",
     )
 
 

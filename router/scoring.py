@@ -6,8 +6,8 @@ the policy's fallback applies. A new artifact that does not load leaves the old 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import structlog
@@ -16,6 +16,7 @@ from classifiers import rules
 from classifiers.features import Features
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
+from policies.reload import Reloader
 
 log = structlog.get_logger("specroute")
 
@@ -64,30 +65,23 @@ class ScorerHolder:
     def __init__(self, path: str, scorer: Scorer | None = None) -> None:
         self.path = path
         self.current: Scorer = scorer if scorer is not None else load_scorer(path)
-        self._stamp = self._file_stamp()
         self.reloads_ok = 0
-        self.reloads_failed = 0
+        # "default" and "rules" name no file to watch
+        self._file = None if path in ("", "rules", "default") else Reloader(
+            Path(path), lambda file: load_scorer(str(file)), errors=(Exception,),
+            on_error=lambda exc: log.warning("classifier_reload_failed", path=path, error=str(exc)),
+        )
+
+    @property
+    def reloads_failed(self) -> int:
+        return self._file.failed if self._file is not None else 0
 
     def reload_if_changed(self) -> bool:
-        stamp = self._file_stamp()
-        if stamp == self._stamp or stamp is None:
+        """A bad artifact leaves the old one in force (logged and counted)."""
+        scorer = self._file.reload() if self._file is not None else None
+        if scorer is None:
             return False
-        self._stamp = stamp
-        try:
-            self.current = load_scorer(self.path)
-        except Exception as exc:  # noqa: BLE001  # a bad artifact leaves the old one in force
-            self.reloads_failed += 1
-            log.warning("classifier_reload_failed", path=self.path, error=str(exc))
-            return False
+        self.current = scorer
         self.reloads_ok += 1
         log.info("classifier_reloaded", path=self.path, artifact=self.current.name)
         return True
-
-    def _file_stamp(self) -> tuple[int, int] | None:
-        if self.path in ("", "rules", "default"):
-            return None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)

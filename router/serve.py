@@ -66,7 +66,7 @@ async def start_site(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    bound = runner.addresses[0][1]  # (host, port) or (host, port, flowinfo, scope_id)
     return runner, int(bound), runner.cleanup
 
 

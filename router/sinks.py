@@ -21,17 +21,6 @@ class RecordSink(Protocol):
     def write_record(self, record: RouteRecord) -> None: ...
 
 
-class CallSink:
-    """A record sink from a function (metrics, the dashboard's ring)."""
-
-    def __init__(self, name: str, function: Callable[[RouteRecord], None]) -> None:
-        self.sink_name = name
-        self._function = function
-
-    def write_record(self, record: RouteRecord) -> None:
-        self._function(record)
-
-
 @dataclass
 class SinkHealth:
     """Failures of each sink since start; `failing` names those whose last write failed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -14,11 +15,11 @@ from aiohttp import web
 
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter, ToolsMemo
+from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
-from router.addons.dashboard import RecentRecords
-from router.addons.metrics import Metrics
 from router.config import Config
+from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
 from router.sinks import RecordSink, SinkHealth
@@ -36,7 +37,7 @@ class Deps:
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
-    explore: bool = True  # False: never route against the current belief (benchmarks, tests)
+    explore: bool = True  # False: no Thompson draw, the posterior median (benchmarks, tests)
 
 
 CONFIG = web.AppKey("config", Config)
@@ -46,11 +47,12 @@ SCORER = web.AppKey("scorer", ScorerHolder)
 POLICY = web.AppKey("policy", PolicyStore)
 SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
-TOKENS = web.AppKey("count_tokens", object)
+TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
-METRICS = web.AppKey("metrics", Metrics)
-RECENT = web.AppKey("recent", RecentRecords)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
-TASKS = web.AppKey("tasks", set)  # work that must finish even if its request is cancelled
+ONLINE = web.AppKey("online", OnlineModel)
+ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
+# work that must finish even if its request is cancelled
+TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

@@ -2,7 +2,7 @@
 health, probe the pair's capability at start, stop everything on shutdown.
 
 Health transitions reach the pool (an unhealthy backend takes no traffic; its profile's traffic
-fails over to the other profile), the metrics and the operator log.
+fails over to the other profile) and the operator log.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import structlog
 from aiohttp import web
 
 from backends.capability import capability_probe
-from backends.supervisor import Supervisor
-from router.state import CONFIG, METRICS, POOL, SESSION, SUPERVISOR
+from backends.supervisor import Supervisor, SupervisorSettings
+from router.state import CONFIG, POOL, SESSION, SUPERVISOR
 
 log = structlog.get_logger("specroute")
 
@@ -23,19 +23,18 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: runs after the client session exists, stops before it closes."""
     config = app[CONFIG]
     settings = config.supervisor
-    pool, metrics = app[POOL], app[METRICS]
+    pool = app[POOL]
 
     def on_change(name: str, healthy: bool, why: str) -> None:
         pool.set_health(name, healthy, why)
         profile = pool.runtime(name).spec.profile
-        metrics.set_backend_health(name, profile, healthy)
         event = "backend_healthy" if healthy else "backend_unhealthy"
         (log.info if healthy else log.warning)(event, backend=name, profile=profile, reason=why)
 
     supervisor = Supervisor(
-        config.backends, settings.log_dir, session=app[SESSION],
-        health_interval_s=settings.health_interval_s,
-        failures_to_restart=settings.restart_after_failed_probes, on_change=on_change,
+        config.backends, settings.log_dir, session=app[SESSION], on_change=on_change,
+        settings=SupervisorSettings(health_interval_s=settings.health_interval_s,
+                                    failures_to_restart=settings.restart_after_failed_probes),
     )
     app[SUPERVISOR] = supervisor
     await supervisor.start()  # raises BackendStartError with the backend's last log lines
@@ -54,14 +53,3 @@ async def _probe(app: web.Application) -> None:
         log.warning("capability_warning", detail=warning)
     result.raise_for_errors()
     log.info("capability_ok", model=result.common_model, drafted=dict(result.drafted))
-
-
-def record_restarts(app: web.Application, seen: dict[str, int]) -> None:
-    """Count restarts since the last look into the metrics (called by the reload loop)."""
-    supervisor = app.get(SUPERVISOR)
-    if supervisor is None:
-        return
-    for name, status in supervisor.statuses().items():
-        for _ in range(status.restarts - seen.get(name, 0)):
-            app[METRICS].inc_backend_restart(name)
-        seen[name] = status.restarts

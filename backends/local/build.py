@@ -38,6 +38,7 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LLAMA_CPP_COMMIT = "0c1e570"
 BINARY = "llama-server"
 
+
 def machine_tag(cpuinfo: str | None = None) -> str:
     """`x86_64-1a2b3c4d`: the architecture and a digest of the CPU model and its flags
     (GGML_NATIVE ties the binary to the CPU that built it)."""

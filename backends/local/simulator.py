@@ -2,7 +2,7 @@
 
 It answers chat completions, completions, Anthropic messages, responses, models and embeddings,
 as JSON or SSE, emitting a deterministic reply (the same bytes whatever the profile, like real
-lossless speculation) at the pace of the depth-1 cost model from DESIGN.md:
+lossless speculation) at the pace of the depth-1 cost model (ARCHITECTURE.md):
 a plain step costs `t_plain`; with MTP-1, a cycle is skipped by the margin gate with
 probability `gate_skip` (one token, `t_plain + t_draft`) or verified (`t_verify + t_draft`,
 `1 + acceptance` tokens). Acceptance is per workload class, which `class_of(body)` decides.
@@ -30,7 +30,7 @@ WORDS = ["the", "of", "and", "to", "in", "is", "for", "that", "on", "with", "as"
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """Per-step costs in milliseconds; the defaults are a GB10 running ds4 (DESIGN.md)."""
+    """Per-step costs in milliseconds; the defaults are a GB10 running ds4 (ARCHITECTURE.md)."""
 
     t_plain_ms: float = 68.0
     t_verify_ms: float = 108.0
@@ -68,6 +68,13 @@ class SimState:
     received: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
     inflight: int = 0
+    # ds4 serves one request at a time: with `serial`, requests wait their turn (before the
+    # first byte, as in ds4's queue); and it speculates only greedy decoding: with
+    # `greedy_only`, an mtp instance decodes a sampled request at plain pace.
+    serial: bool = False
+    greedy_only: bool = False
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    busy_s: float = 0.0  # time spent serving (paced), for utilisation figures
 
 
 SIM_STATE = web.AppKey("sim_state", SimState)
@@ -146,6 +153,23 @@ async def _generate(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(fault.delay_s if fault.kind == "delay" else 3600)
     state.inflight += 1
     try:
+        if state.serial:
+            async with state.turn:
+                return await _serve(request, state, body, fault)
+        return await _serve(request, state, body, fault)
+    except asyncio.CancelledError:
+        state.cancelled += 1
+        raise
+    finally:
+        state.inflight -= 1
+
+
+async def _serve(
+    request: web.Request, state: SimState, body: dict[str, Any], fault: Fault | None
+) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    try:
         plan = _plan(state, body)
         state.drafted_total += plan.draft_n
         state.accepted_total += plan.accepted
@@ -153,11 +177,8 @@ async def _generate(request: web.Request) -> web.StreamResponse:
             return await _stream(request, state, body, plan, fault)
         await asyncio.sleep(plan.total_s * state.time_scale)
         return web.json_response(_full_response(request.path, state, body, plan))
-    except asyncio.CancelledError:
-        state.cancelled += 1
-        raise
     finally:
-        state.inflight -= 1
+        state.busy_s += loop.time() - began
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +187,7 @@ class _Plan:
     step_s: tuple[float, ...]  # seconds before each token
     draft_n: int
     accepted: int
+    prompt_tokens: int = 8
 
     @property
     def total_s(self) -> float:
@@ -183,8 +205,10 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
     tokens = tuple(rng.choice(WORDS) + " " for _ in range(n))
     cost = state.cost
     acceptance = state.acceptance.get(state.class_of(body), state.default_acceptance)
-    if state.profile != "mtp":
-        return _Plan(tokens, tuple([cost.t_plain_ms / 1000] * n), 0, 0)
+    prompt = prompt_tokens_of(body)
+    sampled = float(body.get("temperature") or 0) > 0
+    if state.profile != "mtp" or (sampled and state.greedy_only):
+        return _Plan(tokens, tuple([cost.t_plain_ms / 1000] * n), 0, 0, prompt)
     steps: list[float] = []
     draft_n = accepted = 0
     while len(steps) < n:
@@ -198,13 +222,24 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
             steps += [cycle, 0.0]  # two tokens from one verify
         else:
             steps.append(cycle)
-    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted)
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted, prompt)
+
+
+def decode_plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
+    """The reply and its pacing for `body` on this instance (what a request would get)."""
+    return _plan(state, body)
+
+
+def prompt_tokens_of(body: Mapping[str, Any]) -> int:
+    """A stand-in token count of the prompt (about four characters a token)."""
+    asked = body.get("messages") or body.get("prompt") or body.get("input") or ""
+    return max(1, len(json.dumps(asked, ensure_ascii=False)) // 4)
 
 
 def _timings(plan: _Plan, state: SimState) -> dict[str, Any]:
     predicted_ms = plan.total_s * 1000 or 1e-3
     timings: dict[str, Any] = {
-        "prompt_n": 8,
+        "prompt_n": plan.prompt_tokens,
         "predicted_n": len(plan.tokens),
         "predicted_ms": round(predicted_ms, 3),
         "predicted_per_second": round(len(plan.tokens) / predicted_ms * 1000, 3),
@@ -215,8 +250,8 @@ def _timings(plan: _Plan, state: SimState) -> dict[str, Any]:
 
 
 def _usage(plan: _Plan) -> dict[str, Any]:
-    n = len(plan.tokens)
-    return {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n,
+    n, prompt = len(plan.tokens), plan.prompt_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n,
             "prompt_tokens_details": {"cached_tokens": 0}}
 
 
@@ -225,12 +260,12 @@ def _full_response(path: str, state: SimState, body: Mapping[str, Any], plan: _P
     if path.endswith("/messages"):
         return {"id": "msg_sim", "type": "message", "role": "assistant", "model": state.model,
                 "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                "usage": {"input_tokens": 8, "output_tokens": len(plan.tokens)}}
+                "usage": {"input_tokens": plan.prompt_tokens, "output_tokens": len(plan.tokens)}}
     if path.endswith("/responses"):
         return {"id": "resp_sim", "object": "response", "model": state.model, "status": "completed",
                 "output": [{"type": "message", "role": "assistant",
                             "content": [{"type": "output_text", "text": text}]}],
-                "usage": {"input_tokens": 8, "output_tokens": len(plan.tokens)}}
+                "usage": {"input_tokens": plan.prompt_tokens, "output_tokens": len(plan.tokens)}}
     if path.endswith("/completions") and "chat" not in path:
         choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "length"}
         kind = "text_completion"
@@ -252,7 +287,7 @@ def _with_stats(
     elif state.stats == "meta_info" and body.get("return_meta_info") and payload.get("choices"):
         payload["choices"][0]["meta_info"] = {
             "spec_verify_ct": plan.draft_n, "completion_tokens": len(plan.tokens),
-            "prompt_tokens": 8, "cached_tokens": 0,
+            "prompt_tokens": plan.prompt_tokens, "cached_tokens": 0,
         }
     return payload
 

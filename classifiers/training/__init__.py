@@ -1,1 +1,1 @@
-"""specroute: training the classifier (corpus builder, training, evaluation, labels from outcomes)."""
+"""specroute: training the classifier (corpus builder, training, evaluation, logged labels)."""

@@ -1,13 +1,14 @@
-"""What the proxy observed for one request, as the trainer reads it from decision logs.
+"""What the proxy observed for one request, as the trainer takes it from a decision-log record.
 
-Pure data. The router builds these from its log records (classifiers never import the router)
-and passes a reader to `specroute train --logs`.
+Pure: a frozen dataclass and a function of the record (`decisionlog.records`); no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+
+from decisionlog.records import RouteRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,4 +21,25 @@ class LoggedOutcome:
     decode_tps: float | None  # measured decode tokens/s
 
 
-LogReader = Callable[[list[str]], Iterable[LoggedOutcome]]
+def outcome_from_record(record: RouteRecord) -> LoggedOutcome | None:
+    """The outcome of one served request, or None when it failed or names no class."""
+    profile = record.outcome.profile
+    cls = record.classifier.get("class")
+    if record.outcome.status != 200 or profile not in ("mtp", "plain") or not cls:
+        return None
+    return LoggedOutcome(
+        features=record.features,
+        top_class=str(cls),
+        lang=str(record.classifier.get("lang") or "en"),
+        profile=profile,
+        acceptance=record.acceptance,
+        decode_tps=record.outcome.decode_tps or record.outcome.backend_tps,
+    )
+
+
+def logged_outcomes(records: Iterable[RouteRecord]) -> Iterator[LoggedOutcome]:
+    """What the trainer needs from each successful record."""
+    for record in records:
+        outcome = outcome_from_record(record)
+        if outcome is not None:
+            yield outcome

@@ -20,7 +20,8 @@ from classifiers.tokenizer import TokenizerUnavailable, load_counter
 from classifiers.training import evaluate as ev
 from classifiers.training import train as tr
 from classifiers.training.data.build import corpus_sha256, read_corpus
-from classifiers.training.outcomes import LoggedOutcome, LogReader
+from classifiers.training.outcomes import LoggedOutcome, logged_outcomes
+from decisionlog.readers import read_records
 
 Log = Callable[[str], None]
 
@@ -50,7 +51,7 @@ def token_counter(log: Log) -> TokenCounter | None:
         return None
 
 
-def run(options: TrainOptions, read_log_outcomes: LogReader | None, log: Log) -> dict[str, Any]:
+def run(options: TrainOptions, log: Log) -> dict[str, Any]:
     """Train, evaluate, write artifact and report; return the evaluation."""
     rows = read_corpus(options.corpus)
     log(f"corpus {options.corpus}: {len(rows)} rows")
@@ -74,7 +75,7 @@ def run(options: TrainOptions, read_log_outcomes: LogReader | None, log: Log) ->
             rows, train_and_predict, labels, log)
     log("refitting on every row for the shipped model")
     final = tr.fit(encoded, c=options.c, max_iter=options.max_iter)
-    outcomes = _outcomes(options.logs, read_log_outcomes, log)
+    outcomes = _outcomes(options.logs, log)
     values = tr.class_values(outcomes, options.pays_at, log)
     meta, arrays = tr.artifact_meta(final, values, options.settings,
                                     corpus_sha256(options.corpus), _summary(evaluation),
@@ -90,12 +91,10 @@ def run(options: TrainOptions, read_log_outcomes: LogReader | None, log: Log) ->
     return evaluation
 
 
-def _outcomes(paths: Sequence[str], reader: LogReader | None, log: Log) -> list[LoggedOutcome]:
+def _outcomes(paths: Sequence[str], log: Log) -> list[LoggedOutcome]:
     if not paths:
         return []
-    if reader is None:
-        raise ValueError("decision logs were given but no log reader is available")
-    outcomes = list(reader(list(paths)))
+    outcomes = list(logged_outcomes(read_records(paths)))
     log(f"decision logs: {len(outcomes)} outcomes")
     return outcomes
 

@@ -1,1 +1,1 @@
-"""specroute: add-ons of the proxy (metrics, dashboard), each bringing its routes and record sink."""
+"""specroute: add-ons of the proxy (metrics, dashboard): routes, a record sink, a cleanup_ctx."""

@@ -2,10 +2,10 @@
 served from the `plotly` Python package: nothing comes from a CDN, the page works offline).
 
 The page polls `GET /dashboard/data.json` every few seconds. The numbers come from
-`decisionlog.summary` (the same aggregates `tail` and `report` print); this module only shapes them for
-the page and serves the files. Loopback clients only (or those presenting `admin_token`), unless
-`allow_remote` is set: the page shows
-traffic metadata the operator may not want to expose.
+`decisionlog.summary` (the same aggregates `tail` and `report` print); this module only shapes
+them for the page and serves the files. Loopback clients only (or those presenting `admin_token`),
+unless `allow_remote` is set: the page shows traffic metadata the operator may not want to
+expose. `DashboardAddon` puts it on the proxy.
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ from decisionlog.summary import (
     timeline,
     total,
 )
+from policies.arm_rows import arm_rows
+from router.addons.addon import Addon
 from router.admin import guard_admin, is_loopback
+from router.online import model_status
+from router.state import DEPS, ONLINE, POOL
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
 _NICE_BUCKETS_S: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
@@ -82,6 +86,8 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
         "class": record_class(record),
         "lang": record_lang(record),
         "profile": record_profile(record),
+        "pool": str(record.decision.get("pool") or record_profile(record)),
+        "rewrite": str((record.rewrite or {}).get("label") or ""),
         "reason": record_reason(record),
         "explored": bool(record.decision.get("explored")),
         "backend": record_backend(record),
@@ -94,18 +100,17 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
     }
 
 
-def _thresholds(
+def _speedup_model(
     status: Mapping[str, Any], groups: Iterable[GroupSummary]
-) -> dict[str, dict[str, float | None]]:
-    """The learner's thresholds with their uncertainty; else those the records carry."""
-    learned = status.get("thresholds")
-    if isinstance(learned, Mapping) and learned:
-        return {
-            str(key): {"value": _float(v.get("value")), "uncertainty": _float(v.get("uncertainty"))}
-            for key, v in learned.items()
-            if isinstance(v, Mapping)
-        }
-    return {g.key: {"value": g.threshold, "uncertainty": None} for g in groups if g.threshold}
+) -> dict[str, Any]:
+    """The speedup model's per-class predictions with their 1-sd range (the proxy's status);
+    else the mean speedup the records' decisions predicted."""
+    model = status.get("speedup_model")
+    if isinstance(model, Mapping) and model.get("classes"):
+        return dict(model)
+    return {"prior": None, "observations": None, "weights": {},
+            "classes": {g.key: {"value": g.predicted_speedup, "low": None, "high": None}
+                        for g in groups if g.predicted_speedup is not None}}
 
 
 def _float(value: object) -> float | None:
@@ -141,9 +146,10 @@ def dashboard_data(
             {"start": b.start, "groups": {g.key: _group_dict(g) for g in b.groups}}
             for b in timeline(records, bucket_s)
         ],
-        "thresholds": _thresholds(status, groups),
+        "speedup_model": _speedup_model(status, groups),
         "backends": list(status.get("backends") or []),
         "recent": [_recent_row(r) for r in reversed(records[-recent_n:])],
+        "arms": [asdict(row) for row in arm_rows(records)],
     })
     return data
 
@@ -202,3 +208,27 @@ def add_dashboard_routes(
     app.router.add_get("/dashboard/data.json", data)
     app.router.add_get("/dashboard/dashboard.js", script)
     app.router.add_get("/dashboard/plotly.min.js", plotly)
+
+
+class DashboardAddon(Addon):
+    """`GET /dashboard` on the proxy: the last records, kept in a ring as they are logged, with
+    the backends' health and the speedup model read when the page asks."""
+
+    sink_name = "dashboard"
+
+    def __init__(self, maxlen: int = 5000, *, admin_token: str = "") -> None:
+        self.recent = RecentRecords(maxlen)
+        self.admin_token = admin_token  # besides loopback clients, who may read the page
+
+    def add_routes(self, app: web.Application) -> None:
+        add_dashboard_routes(app, records_source=self.recent.snapshot,
+                             status_source=lambda: app_status(app), admin_token=self.admin_token)
+
+    def write_record(self, record: RouteRecord) -> None:
+        self.recent.add(record)
+
+
+def app_status(app: web.Application) -> dict[str, Any]:
+    """What the dashboard shows besides the records: backend health and the speedup model."""
+    backends = app[POOL].describe(app[DEPS].clock())
+    return {"backends": backends, "speedup_model": model_status(app[ONLINE].model)}

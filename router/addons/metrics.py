@@ -1,18 +1,20 @@
 """Prometheus metrics of one router app (`GET /metrics`), in a registry the app owns (no
-process-wide globals, so two apps in one process, as in tests, never share counts).
+process-wide globals, so two apps in one process, as in tests, never share counts). An add-on:
+the request path never calls it.
 
 Durations are exported in seconds (Prometheus base units); the record's `overhead_ms` and
 `ttft_ms` are converted. Acceptance is exported two ways: a per-request histogram, and counters of
 drafted and accepted tokens whose rate ratio is the pooled acceptance Grafana plots.
 Labels are positional in the calls below because one of them is named `class`.
 Label values are bounded sets (classes, languages, profiles, configured backends, policy reason
-codes, HTTP statuses); free text (error messages) never becomes a label.
+codes, HTTP statuses, the pools and arms the policy names); free text (error messages) never becomes a label.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -25,6 +27,10 @@ from decisionlog.summary import (
     record_reason,
     record_tps,
 )
+from router.addons.addon import Addon
+from router.admin import guard_admin
+from router.online import model_status
+from router.state import DEPS, ONLINE, POLICY, POOL, SUPERVISOR
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -75,11 +81,14 @@ class Metrics:
             "failovers", "Requests moved to another backend before the first byte",
             ["from_backend", "to_backend"], namespace=ns, registry=reg)
         self.policy_reloads = Counter(
-            "policy_reloads", "Policy and learned-threshold reloads, by result (ok, failed)",
+            "policy_reloads", "Policy and learned-state reloads, by result (ok, failed)",
             ["result"], namespace=ns, registry=reg)
-        self.threshold = Gauge(
-            "learned_threshold", "Learned p_spec threshold by class/lang key",
-            ["key"], namespace=ns, registry=reg)
+        self.model_speedup = Gauge(
+            "model_speedup", "Predicted mtp speedup for a request wholly of a class (the model)",
+            ["cls"], namespace=ns, registry=reg)
+        self.arm_requests = Counter(
+            "arm_requests", "Requests by class, pool and arm (pool plus the route's rewrite)",
+            ["class", "pool", "arm"], namespace=ns, registry=reg)
         self.sink_failures = Counter(
             "record_sink_failures", "Records a sink could not take (decision_log: lines lost)",
             ["sink"], namespace=ns, registry=reg)
@@ -110,6 +119,8 @@ class Metrics:
             self.draft_accepted.labels(cls).inc(outcome.draft_accepted or 0)
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
+        pool = str(record.decision.get("pool") or profile)
+        self.arm_requests.labels(cls, pool, str(record.decision.get("arm") or pool)).inc()
 
     def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
         self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)
@@ -126,9 +137,58 @@ class Metrics:
     def policy_reload(self, ok: bool) -> None:
         self.policy_reloads.labels(result="ok" if ok else "failed").inc()
 
-    def set_threshold(self, key: str, value: float) -> None:
-        self.threshold.labels(key=key).set(value)
+    def set_model_speedup(self, cls: str, value: float) -> None:
+        self.model_speedup.labels(cls=cls).set(value)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for the `/metrics` handler."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsAddon(Addon):
+    """`GET /metrics`: every record counted as it is logged; the app's state (backend health and
+    restarts, policy reloads, the model's predicted speedup per class) read when Prometheus
+    scrapes."""
+
+    sink_name = "metrics"
+
+    def __init__(self, *, admin_token: str = "") -> None:
+        self.metrics = Metrics()
+        self.admin_token = admin_token  # besides loopback clients, who may scrape
+        self._restarts_seen: dict[str, int] = {}
+        self._reloads_seen = {"ok": 0, "failed": 0}
+
+    def add_routes(self, app: web.Application) -> None:
+        async def serve(request: web.Request) -> web.Response:
+            guard_admin(request, self.admin_token)
+            self.refresh(request.app)
+            body, content_type = self.metrics.render()
+            response = web.Response(body=body)
+            response.headers["Content-Type"] = content_type
+            return response
+
+        app.router.add_get("/metrics", serve)
+
+    def write_record(self, record: RouteRecord) -> None:
+        self.metrics.observe(record)
+
+    def refresh(self, app: web.Application) -> None:
+        """Bring the series that follow the app's state up to date."""
+        metrics, now = self.metrics, app[DEPS].clock()
+        for backend in app[POOL].describe(now):
+            metrics.set_backend_health(
+                str(backend["name"]), str(backend["profile"]), bool(backend["healthy"])
+            )
+        supervisor = app.get(SUPERVISOR)
+        for name, status in (supervisor.statuses() if supervisor is not None else {}).items():
+            for _ in range(status.restarts - self._restarts_seen.get(name, 0)):
+                metrics.inc_backend_restart(name)
+            self._restarts_seen[name] = status.restarts
+        store = app[POLICY]
+        reloads = {"ok": store.counters.ok, "failed": sum(store.counters.failed.values())}
+        for result, count in reloads.items():
+            for _ in range(count - self._reloads_seen[result]):
+                metrics.policy_reload(ok=result == "ok")
+        self._reloads_seen = reloads
+        for cls, row in model_status(app[ONLINE].model)["classes"].items():
+            metrics.set_model_speedup(cls, row["value"])

@@ -28,13 +28,14 @@ import openai
 from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
-from policies.learned import LearnedState
+from policies.explain import describe_model
+from policies.store import DEFAULT_POLICY
 from router.app import create_app, reload_once
-from router.config import DEFAULT_POLICY, Config, LogConfig, SupervisorConfig
+from router.config import Config, LogConfig, SupervisorConfig
 from router.learning import learn_now
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
-from router.state import Deps
+from router.state import ONLINE, Deps
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
 # model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%).
@@ -67,8 +68,10 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         stale.unlink()  # a fresh log: the learner should see this run only
     (out / "policy.learned.json").unlink(missing_ok=True)
     policy = out / "policy.yaml"
+    prior = "local-pair" if backends == "local" else "gb10-ds4"  # what is known of the machine
     policy.write_text(Path(DEFAULT_POLICY).read_text().replace(
-        "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early"))
+        "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early").replace(
+        "prior: gb10-ds4", f"prior: {prior}"))
     stops: list[Stop] = []
     try:
         specs, model = await _backends(backends, stops)
@@ -86,9 +89,9 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         print(f"router on {base_url} ; decision log {config.log.path}")
         items = requests_for(n, model=model, max_tokens=max_tokens)
         true_class = await _replay(base_url, items, ("mtp", "plain"), "measure both instances")
-        state = learn_now(app, datetime.now(UTC))
+        learn_now(app, datetime.now(UTC))
         reload_once(app)
-        print(_learned_routes(state))
+        print("\n".join(describe_model(app[ONLINE].model)))
         true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")
     finally:
         for stop in stops:
@@ -149,17 +152,6 @@ async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str
                 print(f"\r  {what}: {done}/{len(items)} requests "
                       f"({time.perf_counter() - started:.0f} s)", end=end, flush=True)
     return true_class
-
-
-def _learned_routes(state: LearnedState) -> str:
-    lines = [f"learned from {state.n_observations} requests (predicted mtp/plain speedup per class):"]
-    for key, belief in sorted(state.beliefs.items()):
-        if belief.lang == "*":
-            continue
-        verdict = "mtp" if belief.speedup > 1 else "plain"
-        trust = "" if belief.trusted else " (not trusted yet)"
-        lines.append(f"  {key:<14} {belief.speedup:6.3f} +- {belief.se:.3f} -> {verdict}{trust}")
-    return "\n".join(lines)
 
 
 def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) -> str:

@@ -2,7 +2,7 @@
 measurement): `specroute report --project-onto gb10|FILE.yaml`.
 
 Pure: the step-cost model (pydantic, validated once), the named presets, and the arithmetic,
-which is the learner's (`policies.learned.predicted_speedup`, DESIGN.md's depth-1 cost model):
+which is the learner's (`policies.learned.predicted_speedup`, ARCHITECTURE.md's depth-1 cost model):
 tokens per cycle `tau = s + (1 - s)(1 + a)`, speedup
 `tau * t_plain / (s (t_plain + t_draft) + (1 - s)(t_verify + t_draft))`, `s` the share of cycles
 the margin gate skips and `a` the acceptance on verified cycles.
@@ -39,7 +39,7 @@ class StepCosts(BaseModel):
         )
 
 
-# DESIGN.md, measured on a GB10 with ds4: plain decode ~13.7-15.6 tok/s (t_plain ~68 ms),
+# ARCHITECTURE.md, measured on a GB10 with ds4: plain decode ~13.7-15.6 tok/s (t_plain ~68 ms),
 # verify ~108 ms, draft ~4 ms, the margin gate skipping ~44% of cycles.
 PRESETS: Final[Mapping[str, StepCosts]] = {
     "gb10": StepCosts(name="gb10", t_plain_ms=68.0, t_verify_ms=108.0, t_draft_ms=4.0,
@@ -62,16 +62,22 @@ def preset(name: str) -> StepCosts:
 @dataclass(frozen=True, slots=True)
 class Projection:
     acceptance: float
+    gate_skip: float
     tokens_per_cycle: float
     speedup: float
     tps_plain: float
     tps_mtp: float
 
 
-def project(acceptance: float, costs: StepCosts) -> Projection:
-    """Tokens/s on each profile and the speedup that `acceptance` would give on `costs`."""
+def project(acceptance: float, costs: StepCosts, gate_skip: float | None = None) -> Projection:
+    """Tokens/s on each profile and the speedup that `acceptance` would give on `costs`, with
+    the margin gate skipping `gate_skip` of cycles (default: the cost model's one share)."""
     if not 0.0 <= acceptance <= 1.0:
         raise ProjectionError(f"acceptance must be within [0, 1], got {acceptance}")
+    skip = costs.gate_skip if gate_skip is None else gate_skip
+    if not 0.0 <= skip < 1.0:
+        raise ProjectionError(f"gate skip share must be within [0, 1), got {skip}")
+    costs = costs.model_copy(update={"gate_skip": skip})
     spec_share = 1.0 - costs.gate_skip
     speedup = predicted_speedup(
         acceptance,
@@ -83,6 +89,7 @@ def project(acceptance: float, costs: StepCosts) -> Projection:
     tps_plain = 1000.0 / costs.t_plain_ms
     return Projection(
         acceptance=acceptance,
+        gate_skip=costs.gate_skip,
         tokens_per_cycle=costs.gate_skip + spec_share * (1.0 + acceptance),
         speedup=speedup,
         tps_plain=tps_plain,

@@ -8,15 +8,17 @@ speculation loses everywhere, and the question is what the same traffic does on 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.summary import GroupSummary, by_class, by_class_lang, summarize, total
-from decisionlog.writer import iter_log_records
+from policies.arm_rows import ArmRow, arm_rows, has_extra_arms
 from policies.yamlfile import ConfigError, load_model
 from router.ops.projection import (
     Projection,
@@ -57,6 +59,7 @@ class Report:
     sources: list[str]
     costs: StepCosts | None
     projections: dict[str, Projection]  # group key -> projection (groups with acceptance)
+    arms: list[ArmRow] = field(default_factory=list)  # per class and arm (pool + rewrite)
 
 
 def build_report(
@@ -68,12 +71,16 @@ def build_report(
     costs: StepCosts | None = None,
 ) -> Report:
     groups = summarize(records, GROUPINGS[grouping])
+    # Each class's own gate-skip share where the logs show a gate at work (any skipped cycle);
+    # where the engine has no gate (llama.cpp), the cost model's share for every class.
+    gated = any((g.gate_skip or 0.0) > 0 for g in groups)
     projections = {
-        g.key: project(g.acceptance, costs)
+        g.key: project(g.acceptance, costs, g.gate_skip if gated else None)
         for g in groups
         if costs is not None and g.acceptance is not None
     }
-    return Report(groups, total(groups, records), stats, list(sources), costs, projections)
+    return Report(groups, total(groups, records), stats, list(sources), costs, projections,
+                  arm_rows(records))
 
 
 def _f(value: float | None, pattern: str) -> str:
@@ -85,29 +92,62 @@ def render_markdown(report: Report) -> str:
              f"Read: {report.stats.summary()}", "", "## Measured, per class", ""]
     lines += [
         ("| class | requests | errors | routed to mtp | mtp tok/s | plain tok/s | speedup "
-        "| acceptance | TTFT p50 mtp / plain (ms) |"),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| speedup, like with like | predicted | acceptance | gate skip "
+        "| TTFT p50 mtp / plain (ms) |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for group in [*report.groups, report.overall]:
         name = f"**{group.key}**" if group is report.overall else group.key
         lines.append(
             f"| {name} | {group.requests} | {group.errors} | {_f(group.mtp_share, '{:.0%}')} "
             f"| {_f(group.tps_mtp, '{:.2f}')} | {_f(group.tps_plain, '{:.2f}')} "
-            f"| {_f(group.speedup, '{:.3f}x')} | {_f(group.acceptance, '{:.3f}')} "
+            f"| {_f(group.speedup, '{:.3f}x')} | {_f(group.matched_speedup, '{:.3f}x')} "
+            f"| {_f(group.predicted_speedup, '{:.3f}x')} | {_f(group.acceptance, '{:.3f}')} "
+            f"| {_f(group.gate_skip, '{:.0%}')} "
             f"| {_f(group.ttft_p50_mtp, '{:.0f}')} / {_f(group.ttft_p50_plain, '{:.0f}')} |"
         )
     lines += [
         "",
         ("Tokens/s is decode throughput (completion tokens over decode time); speedup is mtp over "
-        "plain tokens/s; acceptance is accepted over drafted tokens on mtp."),
+        "plain tokens/s of whatever each profile served; *like with like* compares them only "
+        "within groups of requests the router judged alike (same predicted speedup), so that "
+        "the explored and misread requests sent to one profile are not set against the whole "
+        "class on the other; *predicted* is what the decisions expected; acceptance is accepted "
+        "over drafted tokens on mtp; gate skip is the share of mtp cycles the margin gate "
+        "skipped."),
         "",
         ("Estimated gain of the routing as logged (class averages, not a replay): "
         f"{_f(report.overall.gain_vs_always_mtp, '{:+.1%}')} vs always-mtp, "
         f"{_f(report.overall.gain_vs_never_mtp, '{:+.1%}')} vs never-mtp."),
     ]
+    if has_extra_arms(report.arms):
+        lines += ["", *_arms_markdown(report.arms)]
     if report.costs is not None:
         lines += ["", *_projection_markdown(report, report.costs)]
     return "\n".join(lines) + "\n"
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _arms_markdown(rows: Sequence[ArmRow]) -> list[str]:
+    """The arms beyond mtp and plain: each pool and rewrite a route sent requests to."""
+    lines = [
+        "## Arms, per class (pool and rewrite)", "",
+        "| class | arm | requests | share | decode tok/s | time to the answer (ms) | tokens |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.cls} | {row.arm} | {row.requests} | {row.share:.0%} "
+            f"| {_f(_finite(row.decode_tps), '{:.2f}')} | {row.total_ms:.0f} "
+            f"| {row.completion_tokens:.0f} |"
+        )
+    lines += ["", ("Arms that send the same request are compared on decode rate; arms whose "
+                   "rewrite changes the answer (thinking, model alias, length cap) on the time "
+                   "to the answer.")]
+    return lines
 
 
 def _projection_markdown(report: Report, costs: StepCosts) -> list[str]:
@@ -119,17 +159,18 @@ def _projection_markdown(report: Report, costs: StepCosts) -> list[str]:
         f"the depth-1 cost model of {costs.label()}. Tokens/s here are computed, not observed. "
         f"Break-even acceptance on this model: {_f(even, '{:.3f}')}."),
         "",
-        (f"| class | measured acceptance | projected plain tok/s | projected mtp tok/s "
-        f"| projected speedup on {costs.name} |"),
-        "|---|---:|---:|---:|---:|",
+        (f"| class | measured acceptance | gate skip used | projected plain tok/s "
+        f"| projected mtp tok/s | projected speedup on {costs.name} |"),
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for group in report.groups:
         proj = report.projections.get(group.key)
         if proj is None:
-            lines.append(f"| {group.key} | – | – | – | no acceptance measured |")
+            lines.append(f"| {group.key} | – | – | – | – | no acceptance measured |")
             continue
         lines.append(
-            f"| {group.key} | {proj.acceptance:.3f} | {proj.tps_plain:.2f} | {proj.tps_mtp:.2f} "
+            f"| {group.key} | {proj.acceptance:.3f} | {proj.gate_skip:.0%} "
+            f"| {proj.tps_plain:.2f} | {proj.tps_mtp:.2f} "
             f"| {proj.speedup:.3f}x |"
         )
     return lines
@@ -169,13 +210,14 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(keys) + 2), 4))
     width = 0.4 if report.costs is not None else 0.6
-    measured = [g.speedup or 0.0 for g in report.groups]
+    # bars grow from 1.0 (break-even) up or down: a gain reads as a gain, a loss as a loss
+    measured = [(g.matched_speedup or g.speedup or 1.0) - 1.0 for g in report.groups]
     ax.bar([p - (0.2 if report.costs else 0.0) for p in positions], measured, width=width,
-           label="measured here")
+           bottom=1.0, label="measured here (like with like)")
     if report.costs is not None:
-        projected = [report.projections[k].speedup if k in report.projections else 0.0
+        projected = [report.projections[k].speedup - 1.0 if k in report.projections else 0.0
                      for k in keys]
-        ax.bar([p + 0.2 for p in positions], projected, width=width, hatch="//",
+        ax.bar([p + 0.2 for p in positions], projected, width=width, bottom=1.0, hatch="//",
                label=f"PROJECTION onto {report.costs.name}")
     ax.axhline(1.0, color="black", linewidth=0.8)
     _finish_axes(ax, keys, "mtp tok/s ÷ plain tok/s", "Speedup of mtp over plain")

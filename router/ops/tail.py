@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, TextIO
 
+from decisionlog.readers import LogFollower, iter_lines
 from decisionlog.records import ReadStats, RouteRecord, parse_line
 from decisionlog.summary import (
     GroupSummary,
@@ -25,7 +26,7 @@ from decisionlog.summary import (
     record_tps,
     summarize,
 )
-from decisionlog.writer import LogFollower, iter_lines, rotated_set
+from decisionlog.writer import rotated_set
 
 CLEAR_BELOW: Final = "\x1b[J"
 
@@ -69,6 +70,11 @@ def format_record(record: RouteRecord) -> str:
         parts.append(f"status {outcome.status} {outcome.error[:60]}".rstrip())
     if outcome.failover_from:
         parts.append("failover from " + ",".join(outcome.failover_from))
+    pool = str(record.decision.get("pool") or "")
+    if pool and pool not in ("mtp", "plain"):
+        parts.append(f"pool {pool}")
+    if record.rewrite:
+        parts.append(f"rewrite {record.rewrite.get('label', '')}")
     return "  ".join(parts)
 
 
@@ -77,11 +83,12 @@ def _num(value: float | None, pattern: str) -> str:
 
 
 def format_summary(summaries: Iterable[GroupSummary], stats: ReadStats, window: int) -> list[str]:
-    """The live per-class block: requests, share to mtp, acceptance, tokens/s, threshold."""
+    """The live per-class block: requests, share to mtp, acceptance, tokens/s, measured and
+    predicted speedup."""
     rows = list(summaries)
     header = (
         f"{'class':<14} {'reqs':>6} {'->mtp':>6} {'acc':>5} {'mtp tok/s':>10} "
-        f"{'plain tok/s':>12} {'speedup':>8} {'thresh':>7}"
+        f"{'plain tok/s':>12} {'speedup':>8} {'pred':>6}"
     )
     lines = [f"-- per class, last {window} requests " + "-" * 40, header]
     for row in rows:
@@ -89,7 +96,7 @@ def format_summary(summaries: Iterable[GroupSummary], stats: ReadStats, window: 
             f"{row.key:<14.14} {row.requests:>6} {_pct(row.mtp_share):>6} "
             f"{_num(row.acceptance, '{:.2f}'):>5} {_num(row.tps_mtp, '{:.1f}'):>10} "
             f"{_num(row.tps_plain, '{:.1f}'):>12} {_num(row.speedup, '{:.2f}x'):>8} "
-            f"{_num(row.threshold, '{:.2f}'):>7}"
+            f"{_num(row.predicted_speedup, '{:.2f}x'):>6}"
         )
     lines.append(f"({stats.summary()})")
     return lines

@@ -1,4 +1,4 @@
-"""An embedded mixed workload for the demo and the benchmarks: a few requests per class.
+"""The demo's embedded mixed workload (`router.ops.demo`): a few requests per class.
 
 Each item carries its true class (what the reply will be like), so that a replay can report
 per class and a simulated engine can pace each class by its own acceptance.

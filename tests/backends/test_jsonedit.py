@@ -20,8 +20,8 @@ CHOICES = frozenset({"choices"})
         ('{"meta_info":1}', "{}"),
         ('{ "a" : "meta_info" , "b":["meta_info"] }', '{ "a" : "meta_info" , "b":["meta_info"] }'),
         # per choice, and nowhere deeper
-        ('{"choices":[{"index":0,"meta_info":{"spec_verify_ct":3},"delta":{"meta_info":1}}],'
-         '"meta_info":{}}',
+        (('{"choices":[{"index":0,"meta_info":{"spec_verify_ct":3},"delta":{"meta_info":1}}],'
+          '"meta_info":{}}'),
          '{"choices":[{"index":0,"delta":{"meta_info":1}}]}'),
         ('{"other":[{"meta_info":1}]}', '{"other":[{"meta_info":1}]}'),
         ('{"a":"say \\"meta_info\\": 1","meta_info":2}', '{"a":"say \\"meta_info\\": 1"}'),

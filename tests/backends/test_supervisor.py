@@ -20,7 +20,7 @@ from aiohttp import web
 
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec, LaunchSpec
-from backends.supervisor import BackendStartError, BackendStatus, Supervisor
+from backends.supervisor import BackendStartError, BackendStatus, Supervisor, SupervisorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,10 @@ async def test_start_serves_logs_and_stop_leaves_no_process(
 ) -> None:
     grandchild_file = tmp_path / "grandchild.pid"
     spec = fake_spec("one", "--grandchild-pidfile", str(grandchild_file), "--ready-after", "0.3")
-    supervisor = Supervisor([spec], tmp_path / "logs", session=session, health_interval_s=0.1)
+    supervisor = Supervisor(
+        [spec], tmp_path / "logs", session=session,
+        settings=SupervisorSettings(health_interval_s=0.1),
+    )
     await supervisor.start()
     status = supervisor.state("one")
     assert status.healthy and status.launched and status.pid is not None
@@ -103,8 +106,9 @@ async def test_killed_process_is_restarted_with_exponential_backoff(
         delays.append(seconds)
 
     supervisor = Supervisor(
-        [spec], tmp_path, session=session, health_interval_s=0.1, backoff_initial_s=0.5,
-        backoff_max_s=1.5, backoff_sleep=record_sleep,
+        [spec], tmp_path, session=session, backoff_sleep=record_sleep,
+        settings=SupervisorSettings(health_interval_s=0.1, backoff_initial_s=0.5,
+                                    backoff_max_s=1.5),
         on_change=lambda name, healthy, reason: changes.append((name, healthy)),
     )
     await supervisor.start()
@@ -127,7 +131,9 @@ async def test_sigterm_ignored_escalates_to_sigkill(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     spec = fake_spec("stubborn", "--ignore-term")
-    supervisor = Supervisor([spec], tmp_path, session=session, stop_grace_s=0.5)
+    supervisor = Supervisor(
+        [spec], tmp_path, session=session, settings=SupervisorSettings(stop_grace_s=0.5),
+    )
     await supervisor.start()
     pid = supervisor.state("stubborn").pid
     assert pid is not None
@@ -145,8 +151,11 @@ async def test_hung_process_is_killed_and_restarted(
     async def no_wait(seconds: float) -> None:
         reasons.append(supervisor.state("hung").last_error)  # what the restart was for
 
-    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.05,
-                            probe_timeout_s=0.2, failures_to_restart=3, backoff_sleep=no_wait)
+    supervisor = Supervisor(
+        [spec], tmp_path, session=session, backoff_sleep=no_wait,
+        settings=SupervisorSettings(health_interval_s=0.05, probe_timeout_s=0.2,
+                                    failures_to_restart=3),
+    )
     await supervisor.start()
     first_pid = supervisor.state("hung").pid
     assert first_pid is not None
@@ -168,8 +177,11 @@ async def test_a_restart_still_loading_is_not_taken_for_hung(
     async def no_wait(seconds: float) -> None:
         pass
 
-    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.05,
-                            probe_timeout_s=0.2, failures_to_restart=2, backoff_sleep=no_wait)
+    supervisor = Supervisor(
+        [spec], tmp_path, session=session, backoff_sleep=no_wait,
+        settings=SupervisorSettings(health_interval_s=0.05, probe_timeout_s=0.2,
+                                    failures_to_restart=2),
+    )
     await supervisor.start()
     first_pid = supervisor.state("loading").pid
     assert first_pid is not None
@@ -183,8 +195,10 @@ async def test_an_engine_that_answers_is_never_restarted_for_hanging(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
     spec = fake_spec("steady")
-    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.02,
-                            failures_to_restart=1)
+    supervisor = Supervisor(
+        [spec], tmp_path, session=session,
+        settings=SupervisorSettings(health_interval_s=0.02, failures_to_restart=1),
+    )
     await supervisor.start()
     pid = supervisor.state("steady").pid
     await asyncio.sleep(0.5)  # about 25 probes, every one answered
@@ -229,9 +243,11 @@ async def test_attached_backend_goes_unhealthy_and_comes_back(
     spec = BackendSpec(name="remote", engine="llamacpp", profile="plain",
                        url=f"http://127.0.0.1:{port}")
     changes: list[tuple[str, bool, str]] = []
-    supervisor = Supervisor([spec], tmp_path, session=session, health_interval_s=0.05,
-                            probe_timeout_s=1.0, failures_to_unhealthy=2,
-                            on_change=lambda *change: changes.append(change))
+    supervisor = Supervisor(
+        [spec], tmp_path, session=session, on_change=lambda *change: changes.append(change),
+        settings=SupervisorSettings(health_interval_s=0.05, probe_timeout_s=1.0,
+                                    failures_to_unhealthy=2),
+    )
     await supervisor.start()
     try:
         assert supervisor.state("remote") == BackendStatus(

@@ -16,11 +16,11 @@ def tiny_corpus() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Path:
-    from classifiers.training import retrain
     from classifiers.ngrams import HashSettings
+    from classifiers.training import retrain
 
     out = tmp_path_factory.mktemp("artifact") / "tiny.npz"
     options = retrain.TrainOptions(corpus=tiny_corpus, out=out, loso=False, max_iter=200,
                                    settings=HashSettings(dim=1 << 12))
-    retrain.run(options, None, lambda _: None)
+    retrain.run(options, lambda _: None)
     return out

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from classifiers.commands import register
-from classifiers.training.outcomes import LoggedOutcome
+from decisionlog.writer import DecisionLog
+from tests.decisionlog.examples import make_record
 
 
-def _parser(reader: object = None) -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specroute")
-    register(parser.add_subparsers(dest="command", required=True),
-             read_log_outcomes=reader)  # type: ignore[arg-type]
+    register(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
-def _run(argv: list[str], reader: object = None) -> int:
-    args = _parser(reader).parse_args(argv)
+def _run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     code: int = args.func(args)
     return code
 
@@ -73,22 +72,25 @@ def test_classify_refuses_a_bad_artifact(tmp_path: Path) -> None:
 
 def test_train_writes_artifact_report_and_uses_logs(tmp_path: Path, tiny_corpus: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    seen: list[list[str]] = []
-
-    def reader(paths: list[str]) -> Iterable[LoggedOutcome]:
-        seen.append(paths)
-        return [LoggedOutcome(features={}, top_class="chat", lang="zh", profile="mtp",
-                              acceptance=0.9, decode_tps=40.0)] * 10
+    served = make_record(cls="chat", lang="zh", profile="mtp", draft_n=10, accepted=9, tps=40.0)
+    failed = make_record(cls="chat", lang="zh", status=502)
+    logs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    with DecisionLog(logs[0]) as log:
+        for record in [served] * 6 + [failed]:
+            log.write_record(record)
+    with DecisionLog(logs[1], rotate_mb=1e-4) as log:  # rotated: b.jsonl.1, ..., b.jsonl
+        for record in [served] * 4:
+            log.write_record(record)
 
     out = tmp_path / "model.npz"
     code = _run(["train", "--corpus", str(tiny_corpus), "--out", str(out), "--max-iter", "50",
-                 "--hash-dim", "4096",
-                 "--logs", "a.jsonl", "b.jsonl"], reader)
+                 "--hash-dim", "4096", "--logs", *map(str, logs)])
     assert code == 0
-    assert seen == [["a.jsonl", "b.jsonl"]]
+    captured = capsys.readouterr()
+    assert "decision logs: 10 outcomes" in captured.err
     assert out.exists() and (tmp_path / "model.report.md").exists()
     assert (tmp_path / "model.confusion.png").exists()
-    printed = capsys.readouterr().out
+    printed = captured.out
     assert "heldout_real" in printed and "leave out" in printed
     from classifiers.model import load_artifact
 

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from classifiers import artifact
-from classifiers.training import train
 from classifiers.artifact import ArtifactError
-from classifiers.training.data.build import read_corpus
 from classifiers.features import extract
 from classifiers.model import DEFAULT_ARTIFACT, load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import CLASSES
+from classifiers.training import train
+from classifiers.training.data.build import read_corpus
 
 
 def _score(path: Path, body: dict[str, object]) -> tuple[str, dict[str, float], float]:
@@ -163,3 +163,42 @@ def test_serving_imports_neither_sklearn_nor_torch() -> None:
 def test_the_committed_artifact_gets_plain_cases_right(body: dict[str, object],
                                                         expected: str) -> None:
     assert _score(DEFAULT_ARTIFACT, body)[0] == expected
+
+
+_TOOLS = [{"type": "function", "function": {
+    "name": name, "description": desc,
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    for name, desc in (("set_reminder", "Create a reminder"), ("get_weather", "Weather"),
+                       ("send_email", "Send an e-mail"), ("play_music", "Play music"))]
+_HISTORY = [
+    {"role": "user", "content": "What's the weather in Oslo?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"q\": \"Oslo\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": 4}"},
+    {"role": "assistant", "content": "4 degrees."},
+    {"role": "user", "content": "Set a reminder to apply sunscreen before lunch at 12:30."},
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "agent"),
+    [
+        ({"messages": _HISTORY, "tools": _TOOLS}, True),  # tools + tool calls in the history
+        ({"messages": _HISTORY, "tools": _TOOLS, "tool_choice": "none"}, False),  # calls barred
+        ({"messages": _HISTORY}, False),  # the history alone: no tool to call now
+    ],
+)
+def test_agent_structure_counts_in_the_shipped_model_and_the_rules(
+    body: dict[str, object], agent: bool
+) -> None:
+    from classifiers import rules
+
+    view = view_request("chat", body)
+    features = extract(view)
+    assert features.agent_structure is agent
+    scores = load_artifact(DEFAULT_ARTIFACT).score(view, features)
+    if agent:
+        assert scores.top_class == "agent" and scores.scores["agent"] >= 0.9 - 1e-6
+        assert sum(scores.scores.values()) == pytest.approx(1.0, abs=1e-4)
+        assert rules.score(view, features).top_class == "agent"

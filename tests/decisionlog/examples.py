@@ -22,7 +22,7 @@ def make_record(
     ttft_ms: float | None = 150.0,
     status: int = 200,
     error: str = "",
-    threshold: float | None = 0.5,
+    speedup: float | None = 1.05,
     explored: bool = False,
     request_id: str = "req",
     overhead_ms: float = 0.8,
@@ -31,7 +31,7 @@ def make_record(
 ) -> RouteRecord:
     backend = backend if backend is not None else f"{profile}-0"
     decision: dict[str, Any] = {"profile": profile, "backend": backend, "reason": reason,
-                                "rule": "routes.x", "explored": explored, "threshold": threshold}
+                                "rule": "routes.x", "explored": explored, "speedup": speedup}
     return RouteRecord(
         ts=ts, request_id=request_id, endpoint="/v1/chat/completions", model="m", stream=True,
         conversation="c", features={"n_tools": 0},

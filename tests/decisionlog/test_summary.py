@@ -31,7 +31,7 @@ def _one(records: list[RouteRecord]) -> object:
         ([make_record(), make_record(status=502)], "errors", 1),
         ([make_record(explored=True), make_record(), make_record(), make_record()],
          "explored_share", 0.25),
-        ([make_record(threshold=0.4), make_record(threshold=0.6)], "threshold", 0.6),
+        ([make_record(speedup=1.1), make_record(speedup=0.9)], "predicted_speedup", 1.0),
         ([make_record(ttft_ms=100), make_record(ttft_ms=300), make_record(ttft_ms=200)],
          "ttft_p50_mtp", 200.0),
         # routed: 100 tok @ 20 (5 s) on mtp + 100 tok @ 10 (10 s) on plain = 15 s;
@@ -88,3 +88,25 @@ def test_timeline_buckets_by_record_time() -> None:
     assert [b.groups[0].acceptance for b in buckets] == [pytest.approx(0.8), pytest.approx(0.5)]
     with pytest.raises(ValueError):
         timeline(records, 0)
+
+
+def test_like_with_like_sets_requests_against_those_the_router_judged_alike() -> None:
+    # chat: what the router took for plain chat (predicted 0.96) ran at 10 tok/s on plain and,
+    # the few explored, 9.6 on mtp; turns it misread as agent-like (predicted 1.09) all went to
+    # mtp and ran at 12. The raw ratio sets those against the plain chat: a gain that is not.
+    records = (
+        [make_record(cls="chat", profile="plain", tps=10.0, speedup=0.96)] * 8
+        + [make_record(cls="chat", tps=9.6, speedup=0.96)] * 2
+        + [make_record(cls="chat", tps=12.0, speedup=1.09)] * 6
+    )
+    (chat,) = summarize(records)
+    assert chat.speedup is not None and chat.speedup > 1.0
+    assert chat.matched_speedup == pytest.approx(0.96)
+    assert chat.predicted_speedup == pytest.approx((10 * 0.96 + 6 * 1.09) / 16)
+
+
+def test_gate_skip_share_counts_the_cycles_the_gate_skipped() -> None:
+    # 100 tokens: 30 verified cycles with 20 accepted give 50, the other 50 were skipped cycles
+    group = _one([make_record(tokens=100, draft_n=30, accepted=20)])
+    assert group.gate_skip == pytest.approx(50 / 80)  # type: ignore[attr-defined]
+    assert _one([make_record(profile="plain")]).gate_skip is None  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The decision log on disk: rotation without loss, crash safety, skipped-line counts, follow."""
+"""The decision log on disk: rotation without loss, crash safety, skipped-line counts."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from decisionlog.writer import (
-    DecisionLog,
-    LogFileError,
-    LogFollower,
-    expand_paths,
-    follow,
-    iter_log_records,
-    rotated_set,
-)
+from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, to_json
+from decisionlog.writer import DecisionLog, LogFileError, expand_paths, rotated_set
 from tests.decisionlog.examples import make_record
 
 LINE_BYTES = len(to_json(make_record(request_id="r000"))) + 1
@@ -112,66 +105,6 @@ def test_expand_paths_reads_each_file_once_and_names_missing_logs(tmp_path: Path
     assert expand_paths([rotated]) == [rotated]
     with pytest.raises(LogFileError, match="no decision log"):
         expand_paths([tmp_path / "missing.jsonl"])
-
-
-def test_follower_sees_appends_partial_lines_rotation_and_truncation(tmp_path: Path) -> None:
-    path = tmp_path / "decisions.jsonl"
-    log = DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=3)
-    log.write("old-1")
-    follower = LogFollower(path)  # starts at the end, like tail -f
-    assert follower.poll() == []
-    log.write("new-1")
-    assert follower.poll() == ["new-1"]
-    with open(path, "a", encoding="utf-8") as file:
-        file.write("half")
-    assert follower.poll() == []  # waits for the newline
-    with open(path, "a", encoding="utf-8") as file:
-        file.write("-done\n")
-    assert follower.poll() == ["half-done"]
-    pad = "x" * (LINE_BYTES - 10)
-    for i in range(6):  # two rotations between polls
-        log.write(f"{pad}{i}")
-    seen = follower.poll()
-    assert [line[-1] for line in seen] == [str(i) for i in range(6)]  # the middle file too
-    assert follower.rotations_seen == 1
-    log.close()
-    path.write_text("")  # truncated in place
-    assert follower.poll() == []
-    with open(path, "a", encoding="utf-8") as file:
-        file.write("after-truncate\n")
-    assert follower.poll() == ["after-truncate"]
-    follower.close()
-
-
-def test_follower_reads_each_line_across_a_rotation_once(tmp_path: Path) -> None:
-    path = tmp_path / "decisions.jsonl"
-    log = DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=5)
-    follower = LogFollower(path, from_start=True)
-    seen: list[str] = []
-    pad = "y" * (LINE_BYTES - 10)
-    for i in range(9):
-        log.write(f"{pad}{i}")
-        if i % 2:
-            seen += follower.poll()
-    seen += follower.poll()
-    log.close()
-    assert [line[-1] for line in seen] == [str(i) for i in range(9)]
-
-
-def test_follow_yields_batches_until_stopped(tmp_path: Path) -> None:
-    path = tmp_path / "decisions.jsonl"
-    polls = 0
-
-    def stop() -> bool:
-        return polls >= 3
-
-    batches = []
-    with DecisionLog(path) as log:
-        for batch in follow(path, poll_s=0, stop=stop, from_start=True, sleep=lambda _: None):
-            batches.append(batch)
-            polls += 1
-            log.write(f"line-{polls}")
-    assert batches == [[], ["line-1"], ["line-2"]]
 
 
 def test_a_lone_surrogate_is_written_escaped_and_reads_back(tmp_path: Path) -> None:

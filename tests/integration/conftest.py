@@ -16,7 +16,7 @@ import pytest
 
 from backends.local.pair import find_pair, local_pair_specs
 from backends.spec import BackendSpec
-from backends.supervisor import Supervisor
+from backends.supervisor import Supervisor, SupervisorSettings
 
 
 def require_smollm2() -> None:
@@ -45,9 +45,11 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     plain, mtp = local_pair_specs("smollm2", ctx=2048)
     changes: list[tuple[str, bool, str]] = []
     async with aiohttp.ClientSession() as session:
-        supervisor = Supervisor([plain, mtp], tmp_path / "logs", session=session,
-                                health_interval_s=0.2, backoff_initial_s=0.2,
-                                on_change=lambda *change: changes.append(change))
+        supervisor = Supervisor(
+            [plain, mtp], tmp_path / "logs", session=session,
+            on_change=lambda *change: changes.append(change),
+            settings=SupervisorSettings(health_interval_s=0.2, backoff_initial_s=0.2),
+        )
         await supervisor.start()
         try:
             assert plain.launch is not None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from classifiers.scores import CLASS_SPEC_PRIOR
 from policies.learn import Observation
 from policies.learned import acceptance_for_speedup
+from policies.observation import request_inputs
 
 # The published GB10 numbers: (class, lang) -> speedup of MTP-1 over plain.
 GB10_SPEEDUP: Mapping[tuple[str, str], float] = {
@@ -69,11 +70,14 @@ def observations(
     for i in range(n):
         cls, lang = keys[i % len(keys)]
         p_spec = min(1.0, max(0.0, rng.gauss(CLASS_SPEC_PRIOR[cls], 0.1)))
+        inputs = request_inputs({"n_messages": 1}, {cls: 1.0})
+        ts = f"2026-01-01T00:00:{i:07.3f}Z"
         if rng.random() < mtp_share:
-            yield _mtp(machine, rng, cls, lang, p_spec, tokens)
+            obs = _mtp(machine, rng, cls, lang, p_spec, tokens)
         else:
             ms = tokens * machine.t_plain_ms * rng.uniform(0.97, 1.03)
-            yield Observation(cls, lang, p_spec, "plain", tokens, tokens * 1000 / ms)
+            obs = Observation(cls, lang, p_spec, "plain", tokens, tokens * 1000 / ms)
+        yield replace(obs, inputs=inputs, ts=ts)
 
 
 def _mtp(

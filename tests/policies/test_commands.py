@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from policies.commands import DEFAULT_POLICY, register
+from decisionlog.records import Outcome, RouteRecord, to_json
+from policies.commands import register
 from policies.learn import Observation
-from policies.learned import NEVER, from_json
-from policies.store import learned_path_for
+from policies.learned import from_json
+from policies.store import DEFAULT_POLICY, learned_path_for
 from tests.policies import synthetic
 
 
@@ -24,19 +25,20 @@ def _run(argv: list[str]) -> int:
 
 
 def _log_line(o: Observation) -> str:
-    """A decision-log record (schema_version 1) carrying what the learner reads."""
-    return json.dumps({
-        "schema_version": 1,
-        "features": {"temperature": 0.0, "thinking": False, "thinking_unset": True},
-        "classifier": {"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
-        "decision": {"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
-        "outcome": {
-            "status": 200, "profile": o.profile, "completion_tokens": o.completion_tokens,
-            "decode_tps": o.decode_tps, "backend_tps": o.decode_tps, "draft_n": o.draft_n,
-            "draft_accepted": o.draft_accepted, "prompt_tokens": 400, "cached_tokens": 0,
-            "ttft_ms": 800.0,
-        },
-    })
+    """A decision-log record carrying what the learner reads, as the proxy writes it."""
+    return to_json(RouteRecord(
+        ts="2026-11-30T12:00:00.000Z", request_id="r", endpoint="chat", model="m", stream=True,
+        conversation="c",
+        features={"temperature": 0.0, "thinking": False, "thinking_unset": True},
+        classifier={"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
+        decision={"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
+        outcome=Outcome(
+            status=200, profile=o.profile, completion_tokens=o.completion_tokens,
+            decode_tps=o.decode_tps, backend_tps=o.decode_tps, draft_n=o.draft_n,
+            draft_accepted=o.draft_accepted, prompt_tokens=400, cached_tokens=0, ttft_ms=800.0,
+        ),
+        overhead_ms=0.5,
+    ))
 
 
 @pytest.fixture
@@ -54,8 +56,9 @@ def test_check_accepts_the_shipped_policy(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (("agent: auto", "agent: fastest"), ":{line}: routes.agent: Input should be"),
-        (("  rate: 0.05", "  rate: 0.05\n  budget: 3"), "exploration.budget: unknown key"),
+        (("agent: auto", "agent: 3"), ":{line}: routes.agent: Input should be"),
+        (("  max_regret: 0.02", "  max_regret: 0.02\n  budget: 3"),
+         "exploration.budget: unknown key"),
         (("routes:", "routes: ["), "invalid YAML"),
     ],
 )
@@ -73,14 +76,17 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     tmp_path: Path, policy_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "decisions.jsonl"
-    lines = [_log_line(o) for o in synthetic.observations(synthetic.GB10, 1000, seed=31)]
+    # a CPU pair's outcomes under the GB10 prior: the log must overrule the prior
+    observations = list(synthetic.observations(synthetic.CPU_PAIR, 400, seed=31))
+    lines = [_log_line(o) for o in observations]
     log.write_text("\n".join(lines + ["not json", "[]"]) + "\n", encoding="utf-8")
     assert _run(["learn", str(log), "--policy", str(policy_file)]) == 0
     state = from_json(learned_path_for(policy_file).read_text(encoding="utf-8"))
-    assert state.n_observations == 1000
-    assert state.beliefs["agent/en"].threshold == 0.0
-    assert state.beliefs["prose/en"].threshold == NEVER
-    capsys.readouterr()
+    assert state.n_observations == 400
+    assert state.evidence.greedy.n == sum(o.profile == "mtp" for o in observations)
+    assert state.evidence.plain_ms.n == sum(o.profile == "plain" for o in observations)
+    printed = capsys.readouterr().out
+    assert "Route model: prior gb10-ds4" in printed and "Per-class evidence" in printed
 
     request = tmp_path / "request.json"
     request.write_text(json.dumps({
@@ -90,16 +96,20 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     assert _run(["policy", "explain", "--policy", str(policy_file), "--request", str(request)]) == 0
     out = capsys.readouterr().out
     assert "overrides.sampled" in out and "agent/en" in out
+    assert "Route model: prior gb10-ds4" in out
     assert "Request: class code" in out
-    assert "Decision: mtp by routes.code (reason learned, threshold 0.00)" in out
-    assert "in that bin: acceptance 0.8" in out  # code's acceptance on the GB10 is ~0.85
+    assert "Decision: plain (plain) by routes.code (reason finish)" in out
+    code = next(row for row in out.splitlines() if row.strip().startswith("code "))
+    assert float(code.split()[1]) < 0.8  # learned: ~0.5 on the CPU pair, prior 1.065
 
 
 def test_explain_without_learned_state(
     policy_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _run(["policy", "explain", "--policy", str(policy_file)]) == 0
-    assert "nothing learned yet" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nothing learned yet" in out
+    assert "agent       1.094 ± " in out  # the prior's figure, before any evidence
 
 
 def test_learn_refuses_an_empty_log(

@@ -1,4 +1,5 @@
-"""The pure decision: rule order, learned thresholds under load, exploration, stickiness."""
+"""The pure decision: rule order, then the soonest predicted finish over the allowed instances
+(queue, prefill less the cached prefix, tokens at the instance's pace for this request)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
-from policies.learn import learn
-from policies.learned import LearnedState
-from policies.schema import Exploration, Policy
+from policies.finish import InFlight
+from policies.machine import GB10_DS4, LOCAL_PAIR
+from policies.routemodel import RouteEvidence, RouteModel, gather
+from policies.schema import Exploration, Overrides, Policy
 from policies.sessions import Held
 from tests.policies import synthetic
 
@@ -19,167 +21,155 @@ FEATURES = Features(
     n_tools=0, tool_schema_chars=0, tool_choice_required=False, tool_choice_none=False,
     last_role_tool=False, last_role_assistant=False, history_has_tool=False, n_messages=1,
     code_fences=0, code_line_share=0.0, cjk_share=0.0, json_mode=False, temperature=0.0,
-    greedy=True, thinking=False, thinking_unset=True, max_tokens=0, prompt_tokens=100,
+    greedy=True, thinking=False, thinking_unset=True, max_tokens=64, prompt_tokens=100,
     last_user_tokens=20, system_chars=0,
 )
-BACKENDS = (BackendState("mtp-0", "mtp"), BackendState("plain-0", "plain"))
-POLICY = Policy(
-    routes={"agent": "auto", "code": "auto", "technical": "auto", "prose": "auto", "chat": "plain"},
-    languages={"zh": {"chat": "auto"}},
-)
+IDLE = (BackendState("mtp-0", "mtp"), BackendState("plain-0", "plain"))
+POLICY = Policy(routes={c: "auto" for c in ("agent", "code", "technical", "prose", "chat")},
+                default="auto")
+GB10 = RouteModel(GB10_DS4, RouteEvidence())
+CPU = RouteModel(LOCAL_PAIR, RouteEvidence())
 
 
-def _scores(cls: str, p_spec: float, lang: str = "en") -> Scores:
-    return Scores(cls, lang, {cls: 1.0}, p_spec)
+def _scores(cls: str, lang: str = "en") -> Scores:
+    return Scores(cls, lang, {cls: 1.0}, 0.5)
 
 
-def _gb10_state() -> LearnedState:
-    obs = list(synthetic.observations(synthetic.GB10, 2000, seed=11))
-    with_prefill = [replace(o, prompt_tokens=500, ttft_ms=500.0) for o in obs]
-    return learn(with_prefill)
-
-
-GB10_STATE = _gb10_state()
-# Both arms well sampled on prose alone: code has no belief of its own yet.
-WARM_PROSE_ONLY = learn(o for o in synthetic.observations(synthetic.GB10, 400, seed=3)
-                        if o.cls == "prose")
+def _busy(name: str, profile: str, remaining_ms: float) -> BackendState:
+    return BackendState(name, profile, inflight=1,
+                        queue=(InFlight(predicted_ms=remaining_ms + 100.0, elapsed_ms=100.0),))
 
 
 @pytest.mark.parametrize(
-    ("features", "context", "profile", "reason"),
+    ("policy", "features", "context", "profile", "reason"),
     [
-        (FEATURES, RequestContext(header_route="mtp"), "mtp", "header"),
-        (FEATURES, RequestContext(model="deepseek-reasoner"), "plain", "model"),
-        (replace(FEATURES, temperature=0.7, greedy=False), RequestContext(), "plain", "sampled"),
-        (replace(FEATURES, thinking=True), RequestContext(), "plain", "thinking"),
-        (FEATURES, RequestContext(), "mtp", "learned"),
+        (POLICY, FEATURES, RequestContext(header_route="plain"), "plain", "header"),
+        (POLICY.model_copy(update={"overrides": Overrides(models={"r1": "plain"})}), FEATURES,
+         RequestContext(model="r1"), "plain", "model"),
+        (POLICY, replace(FEATURES, temperature=0.7, greedy=False), RequestContext(), "plain",
+         "sampled"),
+        (POLICY, replace(FEATURES, thinking=True), RequestContext(), "plain", "thinking"),
+        (POLICY.model_copy(update={"routes": {"agent": "plain"}}), FEATURES, RequestContext(),
+         "plain", "class"),
+        (POLICY, FEATURES, RequestContext(), "mtp", "finish"),
     ],
 )
-def test_overrides_come_before_the_learned_route(
-    features: Features, context: RequestContext, profile: str, reason: str
+def test_rules_pin_a_profile_before_the_finish_rule(
+    policy: Policy, features: Features, context: RequestContext, profile: str, reason: str
 ) -> None:
-    policy = replace_models(POLICY, {"deepseek-reasoner": "plain"})
-    d = decide(policy, features, _scores("code", 0.8), BACKENDS, context, learned=GB10_STATE)
+    d = decide(policy, features, _scores("agent"), IDLE, context, model=GB10)
     assert (d.profile, d.reason) == (profile, reason)
-
-
-def replace_models(policy: Policy, models: dict[str, str]) -> Policy:
-    return policy.model_copy(
-        update={"overrides": policy.overrides.model_copy(update={"models": models})}
-    )
+    assert d.backend == f"{profile}-0"
 
 
 @pytest.mark.parametrize(
-    ("cls", "lang", "p_spec", "profile"),
+    ("model", "cls", "lang", "backend"),
     [
-        ("agent", "en", 0.1, "mtp"),  # the learned threshold, not the p_spec prior, decides
-        ("code", "en", 0.3, "mtp"),
-        ("technical", "en", 0.6, "mtp"),
-        ("prose", "en", 0.9, "plain"),
-        ("chat", "zh", 0.9, "plain"),
+        (GB10, "agent", "en", "mtp-0"),  # +9.4% on the GB10
+        (GB10, "technical", "en", "mtp-0"),
+        (GB10, "prose", "en", "plain-0"),  # -3.6%
+        (GB10, "chat", "zh", "plain-0"),
+        (CPU, "agent", "en", "plain-0"),  # speculation loses on every class on 2 CPU cores
+        (CPU, "code", "en", "plain-0"),
     ],
 )
-def test_learned_thresholds_route_gb10_classes(
-    cls: str, lang: str, p_spec: float, profile: str
+def test_a_cold_start_follows_the_machine_prior_not_a_coin(
+    model: RouteModel, cls: str, lang: str, backend: str
 ) -> None:
-    d = decide(POLICY, FEATURES, _scores(cls, p_spec, lang), BACKENDS, learned=GB10_STATE)
-    assert (d.profile, d.reason) == (profile, "learned")
-    assert d.threshold == GB10_STATE.beliefs[f"{cls}/{lang}"].threshold
+    d = decide(POLICY, FEATURES, _scores(cls, lang), IDLE, model=model)
+    assert d.backend == backend and not d.explored
+    assert d.speedup == pytest.approx(model.prior.class_speedup[cls], rel=1e-6)
+    assert d.finish_ms[backend] == min(d.finish_ms.values())
 
 
-def test_without_learned_state_the_default_threshold_applies() -> None:
-    d = decide(POLICY, FEATURES, _scores("prose", 0.6), BACKENDS)
-    assert (d.profile, d.reason, d.threshold) == ("mtp", "p_spec", 0.5)
-    d = decide(POLICY, FEATURES, _scores("prose", 0.6), BACKENDS, thresholds={"prose": 0.7})
-    assert (d.profile, d.reason, d.threshold) == ("plain", "learned", 0.7)
-
-
-@pytest.mark.parametrize(
-    ("mtp_inflight", "plain_inflight", "cls", "profile"),
-    [
-        (0, 0, "agent", "mtp"),
-        (1, 0, "agent", "plain"),
-        (0, 1, "prose", "mtp"),
-        (2, 2, "agent", "mtp"),
-    ],
-)
-def test_load_is_priced_in(mtp_inflight: int, plain_inflight: int, cls: str, profile: str) -> None:
-    backends = (
-        BackendState("mtp-0", "mtp", inflight=mtp_inflight),
-        BackendState("plain-0", "plain", inflight=plain_inflight),
-    )
-    d = decide(POLICY, FEATURES, _scores(cls, 0.8), backends, learned=GB10_STATE)
-    assert d.profile == profile
-
-
-@pytest.mark.parametrize(
-    ("policy", "learned", "draw", "explored"),
-    [
-        # cold start: the machine has no plain samples, half goes there
-        (POLICY, None, 0.49, True),
-        (POLICY, None, 0.51, False),
-        # both arms sampled, nothing known about code: the full 5% budget
-        (POLICY, WARM_PROSE_ONLY, 0.04, True),
-        (POLICY, WARM_PROSE_ONLY, 0.06, False),  # outside the 5% budget
-        (POLICY.model_copy(update={"exploration": Exploration(rate=0.0)}), None, 0.0, False),  # off
-        (POLICY, GB10_STATE, 0.0, False),  # conclusive evidence: no exploration
-        (POLICY.model_copy(update={"routes": {"code": "mtp"}}), None, 0.0, False),  # pinned
-    ],
-)
-def test_exploration_only_on_auto_routes_with_doubt(
-    policy: Policy, learned: LearnedState | None, draw: float, explored: bool
-) -> None:
-    d = decide(policy, FEATURES, _scores("code", 0.8), BACKENDS, learned=learned, draw=draw)
-    assert d.explored is explored
-    assert d.profile == ("plain" if explored else "mtp")
-
-
-def test_exploration_never_overrides_a_header() -> None:
-    context = RequestContext(header_route="mtp")
-    d = decide(POLICY, FEATURES, _scores("code", 0.8), BACKENDS, context, draw=0.0)
-    assert (d.profile, d.explored) == ("mtp", False)
-
-
-@pytest.mark.parametrize(
-    ("held", "prompt_tokens", "backend", "reason"),
-    [
-        (Held("mtp-0", "mtp", 3, 400, 0.0), 400, "mtp-0", "learned"),  # already where it wants
-        # prose wants plain; a 30k-token prompt costs more to re-prefill than the rest saves
-        (Held("mtp-0", "mtp", 1, 30_000, 0.0), 30_000, "mtp-0", "sticky"),
-        # a short prompt in a long conversation: switching pays
-        (Held("mtp-0", "mtp", 8, 50, 0.0), 50, "plain-0", "learned"),
-        (Held("gone-0", "mtp", 8, 50, 0.0), 30_000, "plain-0", "learned"),  # holder is gone
-    ],
-)
-def test_stickiness_keeps_a_conversation_unless_switching_pays(
-    held: Held, prompt_tokens: int, backend: str, reason: str
-) -> None:
-    cls = "agent" if held.turns == 3 else "prose"
-    features = replace(FEATURES, prompt_tokens=prompt_tokens)
-    d = decide(POLICY, features, _scores(cls, 0.8), BACKENDS, learned=GB10_STATE, held=held)
-    assert (d.backend, d.reason) == (backend, reason)
-
-
-def test_stickiness_does_not_overrule_an_override() -> None:
-    held = Held("mtp-0", "mtp", 1, 30_000, 0.0)
-    features = replace(FEATURES, temperature=0.7, greedy=False)
-    d = decide(POLICY, features, _scores("code", 0.8), BACKENDS, learned=GB10_STATE, held=held)
-    assert (d.backend, d.reason) == ("plain-0", "sampled")
-
-
-def test_stickiness_can_be_disabled() -> None:
-    policy = POLICY.model_copy(
-        update={"stickiness": POLICY.stickiness.model_copy(update={"enabled": False})}
-    )
-    held = Held("mtp-0", "mtp", 1, 30_000, 0.0)
-    features = replace(FEATURES, prompt_tokens=30_000)
-    d = decide(policy, features, _scores("prose", 0.8), BACKENDS, learned=GB10_STATE, held=held)
+def test_a_request_never_waits_on_a_busy_instance_while_a_slower_idle_one_is_sooner() -> None:
+    busy_plain = (BackendState("mtp-0", "mtp"), _busy("plain-0", "plain", 2000.0))
+    d = decide(POLICY, FEATURES, _scores("prose"), busy_plain, model=GB10)
+    assert d.backend == "mtp-0"  # 3.6% slower, but 2 s sooner
+    busy_mtp = (_busy("mtp-0", "mtp", 2000.0), BackendState("plain-0", "plain"))
+    d = decide(POLICY, FEATURES, _scores("agent"), busy_mtp, model=GB10)
     assert d.backend == "plain-0"
 
 
-def test_failover_order_and_unhealthy_placement_still_hold() -> None:
+def test_an_instance_about_to_free_up_wins_when_its_pace_makes_up_the_wait() -> None:
+    # 64 tokens of agent work: mtp saves ~64 * 68 * (1 - 1/1.094) ~ 370 ms over plain
+    backends = (_busy("mtp-0", "mtp", 50.0), BackendState("plain-0", "plain"))
+    d = decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10)
+    assert d.backend == "mtp-0" and d.queue_ms == pytest.approx(50.0)
+    backends = (_busy("mtp-0", "mtp", 1000.0), BackendState("plain-0", "plain"))
+    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "plain-0"
+
+
+def test_pools_of_any_size() -> None:
+    backends = (_busy("mtp-0", "mtp", 3000.0), BackendState("mtp-1", "mtp"),
+                _busy("plain-0", "plain", 3000.0), _busy("plain-1", "plain", 10.0))
+    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "mtp-1"
+    pinned = decide(POLICY, FEATURES, _scores("agent"), backends,
+                    RequestContext(header_route="plain"), model=GB10)
+    assert pinned.backend == "plain-1"
+
+
+def test_the_cached_prefix_counts_against_moving_a_conversation() -> None:
+    long_prompt = replace(FEATURES, prompt_tokens=20_000)
+    held = Held("plain-0", "plain", turns=3, prompt_tokens=19_900, last_seen=0.0)
+    d = decide(POLICY, long_prompt, _scores("agent"), IDLE, model=GB10, held=held)
+    assert d.backend == "plain-0"  # re-prefilling 20k tokens elsewhere costs more than +9.4%
+    unsticky = POLICY.model_copy(update={"stickiness": POLICY.stickiness.model_copy(
+        update={"enabled": False})})
+    assert decide(unsticky, long_prompt, _scores("agent"), IDLE, model=GB10,
+                  held=held).backend == "mtp-0"
+
+
+def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
+    # technical: +4.4% predicted; a low draw makes plain look faster
+    low = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0)
+    median = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=GB10, z=0.0)
+    assert median.backend == "mtp-0" and not median.explored
+    generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
+    explored = decide(generous, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0)
+    assert explored.backend == "plain-0" and explored.explored
+    assert low.backend == "mtp-0" and not low.explored  # 4.4% regret > the 2% bound
+    off = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.0)})
+    assert not decide(off, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0).explored
+
+
+def test_what_the_log_teaches_overrules_the_prior() -> None:
+    # A CPU pair's outcomes under the GB10 prior: agent turns on mtp are far slower.
+    cpu_log = list(synthetic.observations(synthetic.CPU_PAIR, 60, seed=2))
+    model = RouteModel(GB10_DS4, gather(cpu_log, POLICY.assume))
+    d = decide(POLICY, FEATURES, _scores("agent"), IDLE, model=model)
+    assert d.backend == "plain-0" and d.speedup is not None and d.speedup < 0.8
+
+
+def test_sampled_requests_go_where_they_finish_soonest_when_not_pinned() -> None:
+    free = POLICY.model_copy(update={"overrides": Overrides(sampled=None, thinking=None)})
+    sampled = replace(FEATURES, temperature=0.8, greedy=False)
+    backends = (BackendState("mtp-0", "mtp"), _busy("plain-0", "plain", 500.0))
+    d = decide(free, sampled, _scores("agent"), backends, model=GB10)
+    assert (d.backend, d.reason) == ("mtp-0", "finish")
+    assert d.speedup == pytest.approx(GB10_DS4.sampled_speedup)
+
+
+def test_no_healthy_instance_of_the_pinned_profile_fails_over() -> None:
     backends = (BackendState("mtp-0", "mtp", healthy=False), BackendState("plain-0", "plain"))
-    d = decide(POLICY, FEATURES, _scores("agent", 0.9), backends, learned=GB10_STATE)
-    assert d == Decision("mtp", "plain-0", "learned+unhealthy_failover", "routes.agent",
-                         False, 0.0)
-    assert failover_order(d, backends) == ["plain-0", "mtp-0"]
+    d = decide(POLICY, FEATURES, _scores("agent"), backends, RequestContext(header_route="mtp"),
+               model=GB10)
+    assert (d.backend, d.reason) == ("plain-0", "header+unhealthy_failover")
+    none = tuple(replace(b, healthy=False) for b in IDLE)
+    d = decide(POLICY, FEATURES, _scores("agent"), none, model=GB10)
+    assert (d.backend, d.reason) == ("", "no_healthy_backend")
+
+
+def test_the_record_carries_the_prediction() -> None:
+    d = decide(POLICY, FEATURES, _scores("agent"), IDLE, model=GB10)
+    record = d.as_dict()
+    assert record["backend"] == "mtp-0" and record["queue_ms"] == 0.0
+    assert record["tokens"] == 64.0  # max_tokens caps the expected reply
+    assert set(record["finish_ms"]) == {"mtp-0", "plain-0"}  # type: ignore[arg-type]
+
+
+def test_failover_order_puts_the_choice_first_then_healthy_same_profile() -> None:
+    backends = (BackendState("mtp-0", "mtp"), BackendState("mtp-1", "mtp", inflight=2),
+                BackendState("plain-0", "plain"), BackendState("plain-1", "plain", healthy=False))
+    order = failover_order(Decision("mtp", "mtp-1", "finish", "routes.code"), backends)
+    assert order == ["mtp-1", "mtp-0", "plain-0", "plain-1"]

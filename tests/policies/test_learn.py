@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from policies.learn import Observation, fit_costs, learn, observation_from_log
+from decisionlog.records import parse_line
+from policies.learn import Observation, fit_costs, learn
 from policies.learned import NEVER, acceptance_for_speedup, predicted_speedup
+from policies.observation import observation_from_record
 from policies.schema import Assume
+from policies.speedup import INPUTS
 from tests.policies import synthetic
 from tests.policies.synthetic import CPU_PAIR, GB10, Machine
 
@@ -86,7 +89,6 @@ def test_cost_fit_recovers_the_step_costs() -> None:
 def test_few_samples_are_not_trusted(n: int, trusted: bool) -> None:
     state = learn(synthetic.observations(GB10, n, seed=4), min_samples=30)
     assert state.beliefs["agent/*"].trusted is trusted
-    assert ("agent/en" in state.thresholds()) is trusted
 
 
 def test_threshold_falls_where_speedup_crosses_one_inside_a_class() -> None:
@@ -107,21 +109,6 @@ def test_threshold_falls_where_speedup_crosses_one_inside_a_class() -> None:
 
 def _fields(o: Observation) -> dict[str, object]:
     return {name: getattr(o, name) for name in Observation.__dataclass_fields__}
-
-
-@pytest.mark.parametrize(
-    ("mtp_queue", "plain_queue", "expected"),
-    [(0, 0, 0.0), (1, 0, NEVER), (0, 1, 0.0), (0, 3, 0.0)],
-)
-def test_queueing_moves_the_threshold(mtp_queue: int, plain_queue: int, expected: float) -> None:
-    state = learn(synthetic.observations(GB10, 2000, seed=6))
-    assert state.beliefs["agent/en"].threshold_at(mtp_queue, plain_queue) == expected
-
-
-def test_prose_goes_to_mtp_when_plain_is_busy() -> None:
-    state = learn(synthetic.observations(GB10, 2000, seed=6))
-    assert state.beliefs["prose/en"].threshold == NEVER
-    assert state.beliefs["prose/en"].threshold_at(0, 1) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -171,11 +158,22 @@ def _record(**outcome: object) -> dict[str, object]:
     }
 
 
+def observation_from_log(data: dict[str, object]) -> Observation | None:
+    """The observation of one log line holding `data`, through the decision log's own parser."""
+    line = {"ts": "2026-11-30T00:00:00.000Z", "request_id": "r", "endpoint": "chat", **data}
+    record = parse_line(json.dumps(line))
+    assert record is not None
+    return observation_from_record(record)
+
+
 def test_observation_from_log_reads_a_record() -> None:
     obs = observation_from_log(_record())
+    assert obs is not None and obs.inputs is not None
     assert obs == Observation(
-        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None
+        "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None,
+        inputs=obs.inputs, ts="2026-11-30T00:00:00.000Z",
     )
+    assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
 
 
 @pytest.mark.parametrize(

@@ -41,8 +41,8 @@ def test_learned_state_round_trips_through_json() -> None:
     ("text", "message"),
     [
         ("[]", "JSON object"),
-        ('{"version": 2}', "version 2"),
-        ('{"version": 1, "created": ""}', "malformed"),
+        ('{"version": 1}', "version 1"),
+        ('{"version": 2, "created": ""}', "malformed"),
         ("not json", "malformed"),
     ],
 )
@@ -79,7 +79,7 @@ def test_store_swaps_in_a_valid_edit_and_keeps_the_last_good_on_a_bad_one(
     assert store.snapshot.loaded_at == 2.0
     good = store.snapshot
 
-    bad = policy_file.read_text().replace("rate: 0.05", "rate: 0.9")
+    bad = policy_file.read_text().replace("max_regret: 0.02", "max_regret: 0.9")
     _write(policy_file, bad)
     with capture_logs() as logs:
         assert store.reload_if_changed(now=3.0) is False
@@ -87,9 +87,9 @@ def test_store_swaps_in_a_valid_edit_and_keeps_the_last_good_on_a_bad_one(
     assert store.policy is good.policy
     failures = [e for e in logs if e["event"] == "policy_reload_failed"]
     assert len(failures) == 1
-    line = bad.splitlines().index("  rate: 0.9") + 1
+    line = bad.splitlines().index("  max_regret: 0.9") + 1
     assert failures[0]["file"] == str(policy_file)
-    assert (failures[0]["line"], failures[0]["field"]) == (line, "exploration.rate")
+    assert (failures[0]["line"], failures[0]["field"]) == (line, "exploration.max_regret")
     assert store.counters.failed["policy"] == 1 and store.counters.ok == 1
 
 
@@ -109,6 +109,28 @@ def test_store_reloads_the_learned_state_written_atomically(policy_file: Path) -
     learned_path_for(policy_file).unlink()
     store.reload_if_changed(now=7.0)
     assert store.learned == EMPTY_STATE  # forgetting is a change too
+
+
+def test_the_machine_prior_is_a_builtin_or_a_file_and_a_bad_one_is_refused(
+    policy_file: Path,
+) -> None:
+    store = PolicyStore(policy_file)
+    assert store.snapshot.prior.name == "gb10-ds4"
+    machine = policy_file.parent / "machine.yaml"
+    machine.write_text("name: box\nclass_speedup: {agent: 0.5, prose: 0.4}\nt_plain_ms: 20\n",
+                       encoding="utf-8")
+    _write(policy_file, policy_file.read_text().replace("prior: gb10-ds4", "prior: machine.yaml"))
+    assert store.reload_if_changed(now=1.0) is True
+    assert store.snapshot.prior.name == "box"
+    assert store.snapshot.model.t_plain_ms == pytest.approx(20.0)
+    machine.write_text("class_speedup: {agent: 0.5}\nt_plain_ms: -1\n", encoding="utf-8")
+    _write(policy_file, policy_file.read_text() + "\n")
+    with capture_logs() as logs:
+        assert store.reload_if_changed(now=2.0) is False
+    assert store.snapshot.prior.name == "box"  # the last good prior stays
+    assert any("machine.yaml:2: t_plain_ms" in p for e in logs for p in e.get("problems", []))
+    _write(policy_file, policy_file.read_text().replace("prior: machine.yaml", "prior: nowhere"))
+    assert store.reload_if_changed(now=3.0) is False
 
 
 def test_a_corrupt_learned_file_at_start_is_ignored(policy_file: Path) -> None:

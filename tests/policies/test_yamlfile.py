@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from policies.pools import pool_context
 from policies.schema import Policy
 from policies.yamlfile import ConfigError, load_model, parse_model
 
@@ -13,18 +14,20 @@ from policies.yamlfile import ConfigError, load_model, parse_model
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("routes:\n  chat: fast\n", "p.yaml:2: routes.chat: Input should be 'mtp', 'plain' or 'auto'"),
+        ("routes:\n  chat: fast\n", "p.yaml:2: routes.chat.pool: Value error, no pool named 'fast'"),
+        ("routes:\n  chat: 3\n", "p.yaml:2: routes.chat: Input should be a valid dictionary"),
         ("schema_version: 1\nfoo: 1\n", "p.yaml:2: foo: unknown key"),
         ("routes:\n  poetry: mtp\n", "p.yaml:1: routes: Value error, unknown class(es) ['poetry']"),
         ("overrides:\n  header: true\n  sampld: plain\n", "p.yaml:3: overrides.sampld: unknown key"),
-        ("exploration:\n  rate: 2\n", "p.yaml:2: exploration.rate: Input should be less than or equal to 0.5"),
+        ("exploration:\n  max_regret: 2\n",
+         "p.yaml:2: exploration.max_regret: Input should be less than or equal to 0.5"),
         ("routes: [1, 2\n", "p.yaml:"),
         ("- a\n- b\n", "p.yaml:1: the file must hold a mapping at the top level"),
     ],
 )
 def test_errors_are_located(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_model(text, Policy, path="p.yaml")
+        parse_model(text, Policy, path="p.yaml", context=pool_context([]))
     assert any(problem.startswith(expected) for problem in info.value.problems), info.value.problems
 
 
@@ -40,4 +43,5 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_shipped_default_policy_is_valid() -> None:
     policy = load_model(Path(__file__).resolve().parents[2] / "policies" / "default.yaml", Policy)
-    assert policy.route_for("chat", "zh")[0] == "plain"
+    assert policy.route_for("chat", "zh")[0] == "auto"  # the finish rule decides
+    assert policy.prior == "gb10-ds4"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +14,10 @@ from aiohttp.test_utils import TestServer
 
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
-from router.app import create_app
-from router.state import Deps
-from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
 from decisionlog.records import RouteRecord
+from router.app import create_app
+from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
+from router.state import Deps
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 

@@ -41,9 +41,11 @@ async def test_sglang_meta_info_is_asked_for_read_and_hidden(
 ) -> None:
     mtp = SimState(profile="mtp", stats="meta_info")
     stack = await start_stack(aiohttp_server, tmp_path, mtp=mtp, engine="sglang")
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as response:
-            body = await response.json()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as response,
+    ):
+        body = await response.json()
     assert mtp.received[-1]["body"]["return_meta_info"] is True
     assert "meta_info" not in body["choices"][0]  # the client did not ask for it
     outcome = stack.last.outcome

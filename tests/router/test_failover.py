@@ -98,12 +98,11 @@ async def test_client_disconnect_cancels_the_upstream_request(
 ) -> None:
     slow = SimState(profile="mtp", reply_tokens=200, time_scale=1.0)  # ~70 ms a token
     stack = await start_stack(aiohttp_server, tmp_path, mtp=slow)
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            f"{stack.base_url}/chat/completions", json={**GREEDY_TECH, "stream": True}
-        ) as response:
-            assert response.status == 200
-            await response.content.readline()  # the first bytes arrived; now hang up
+    async with aiohttp.ClientSession() as session, session.post(
+        f"{stack.base_url}/chat/completions", json={**GREEDY_TECH, "stream": True}
+    ) as response:
+        assert response.status == 200
+        await response.content.readline()  # the first bytes arrived; now hang up
     for _ in range(100):  # bounded: 5 s at most
         if slow.cancelled:
             break
@@ -125,13 +124,12 @@ async def test_a_cancelled_handler_still_logs_who_served_what(
     it measured."""
     slow = SimState(profile="mtp", reply_tokens=200, time_scale=1.0)
     stack = await start_stack(aiohttp_server, tmp_path, mtp=slow)
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            f"{stack.base_url}/chat/completions", json={**GREEDY_TECH, "stream": True}
-        ) as response:
-            async for line in response.content:
-                if b'"content"' in line:
-                    break  # the first token arrived; now hang up
+    async with aiohttp.ClientSession() as session, session.post(
+        f"{stack.base_url}/chat/completions", json={**GREEDY_TECH, "stream": True}
+    ) as response:
+        async for line in response.content:
+            if b'"content"' in line:
+                break  # the first token arrived; now hang up
     outcome = (await stack.logged(1))[-1].outcome
     assert outcome.client_disconnected is True
     assert (outcome.backend, outcome.profile, outcome.status) == ("mtp-0", "mtp", 200)
@@ -140,8 +138,10 @@ async def test_a_cancelled_handler_still_logs_who_served_what(
 
 async def test_failover_record_round_trips(stack: Stack) -> None:
     stack.mtp.faults.append(Fault("status", status=503))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as r:
-            assert r.status == 200
-            json.loads(await r.read())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as r,
+    ):
+        assert r.status == 200
+        json.loads(await r.read())
     assert stack.last.outcome.failover_from == ("mtp-0",)

@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 
 from backends.local.simulator import SimState
+from policies.store import DEFAULT_POLICY
 from router.app import reload_once
-from router.config import DEFAULT_POLICY
 from router.learning import learn_now
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
@@ -47,4 +47,16 @@ async def test_learner_moves_a_class_to_plain_when_speculation_loses(
 
     reload_once(stack.proxy.app)
     after = await _send(stack.base_url, "auto", 3, tag="-new")
-    assert after == ["plain:learned"] * 3
+    assert after == ["plain:finish"] * 3
+
+
+async def test_outcomes_reach_the_decision_online_before_any_learning_run(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    mtp = SimState(profile="mtp", acceptance={"technical": 0.1}, reply_tokens=32)
+    stack = await start_stack(aiohttp_server, tmp_path, mtp=mtp)
+    assert (await _send(stack.base_url, "auto", 1))[0] == "mtp:finish"  # the prior: +4.4%
+    await _send(stack.base_url, "mtp", 8)
+    await _send(stack.base_url, "plain", 8)
+    assert not (tmp_path / "policy.learned.json").exists()  # nothing learned from the file
+    assert await _send(stack.base_url, "auto", 3, tag="-new") == ["plain:finish"] * 3

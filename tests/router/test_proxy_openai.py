@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,9 +30,11 @@ TOOLS = [
 
 
 async def _post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, json=body, headers=headers or {}) as response:
-            return response.status, dict(response.headers), await response.read()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers or {}) as response,
+    ):
+        return response.status, dict(response.headers), await response.read()
 
 
 async def test_chat_is_routed_by_policy_and_relayed_byte_for_byte(stack: Stack) -> None:
@@ -83,12 +86,13 @@ async def test_client_asking_for_usage_gets_it(stack: Stack) -> None:
 
 
 async def test_sampled_request_goes_plain(stack: Stack) -> None:
+    # the GB10 prior: a sampled request gains nothing on mtp; a tie goes to plain
     async with stack.client() as client:
         raw = await client.chat.completions.with_raw_response.create(
             **{**GREEDY_TECH, "temperature": 0.7}
         )
     assert raw.headers["x-specroute-backend"] == "plain-0"
-    assert raw.headers["x-specroute-reason"] == "sampled"
+    assert raw.headers["x-specroute-reason"] == "finish"
 
 
 async def test_header_overrides_route(stack: Stack) -> None:
@@ -171,10 +175,13 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
     assert data["schema_version"] == 1
     assert set(data) >= {"ts", "request_id", "endpoint", "model", "stream", "conversation",
                          "features", "classifier", "decision", "outcome", "overhead_ms"}
-    assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored", "threshold"}
+    assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored",
+                                     "service_ms", "queue_ms", "tokens", "speedup", "speedup_sd",
+                                     "finish_ms", "pool", "arm"}
+    assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}
+    assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last
-    with open(stack.config.log.path, encoding="utf-8") as log:
-        lines = log.read().splitlines()
+    lines = Path(stack.config.log.path).read_text(encoding="utf-8").splitlines()
     assert lines and json.loads(lines[-1])["request_id"] == stack.last.request_id
     assert secret not in "\n".join(lines)
 

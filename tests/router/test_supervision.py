@@ -32,8 +32,14 @@ async def test_unhealthy_backend_takes_no_traffic(aiohttp_server: ServerFactory,
         async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH) as response:
             assert response.status == 200
             assert response.headers["x-specroute-backend"] == "plain-0"
-            assert response.headers["x-specroute-reason"].endswith("+unhealthy_failover")
+            assert response.headers["x-specroute-reason"] == "finish"  # only healthy ones count
+        async with session.post(f"{stack.base_url}/chat/completions", json=GREEDY_TECH,
+                                headers={"x-specroute-route": "mtp"}) as response:
+            assert response.status == 200
+            assert response.headers["x-specroute-backend"] == "plain-0"
+            assert response.headers["x-specroute-reason"] == "header+unhealthy_failover"
     assert stack.last.outcome.failover_from == ()  # the dead instance was not even tried
+    assert stack.last.decision["profile"] == "plain"
 
 
 async def test_serve_refuses_a_pair_serving_different_models(

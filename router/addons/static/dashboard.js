@@ -61,16 +61,25 @@ function render(data) {
   plot("plot-tps", tps, "Decode tokens/s by profile (solid mtp, dotted plain)");
   plot("plot-share", series(data, "mtp_share"), "Share routed to mtp", { range: [0, 1.05] });
 
-  const keys = Object.keys(data.thresholds);
-  plot("plot-threshold", [{
-    type: "bar", x: keys, y: keys.map((k) => data.thresholds[k].value),
-    error_y: { type: "data", visible: true,
-               array: keys.map((k) => data.thresholds[k].uncertainty || 0) },
-    name: "threshold",
-  }], "Learned p_spec threshold (± uncertainty)", { range: [0, 1.05] });
+  // the speedup model (a contextual bandit over the request's features): bars around 1.0,
+  // the break-even, with the 1-sd range and the machine prior it started from
+  const model = data.speedup_model;
+  const keys = Object.keys(model.classes);
+  const row = (k) => model.classes[k];
+  plot("plot-model", [{
+    type: "bar", x: keys, base: 1.0, name: "learned",
+    y: keys.map((k) => (row(k).value === null ? null : row(k).value - 1.0)),
+    error_y: { type: "data", symmetric: false, visible: true,
+               array: keys.map((k) => (row(k).high ?? row(k).value ?? 1) - (row(k).value ?? 1)),
+               arrayminus: keys.map((k) => (row(k).value ?? 1) - (row(k).low ?? row(k).value ?? 1)) },
+  }, {
+    type: "scatter", mode: "markers", name: "prior", x: keys,
+    y: keys.map((k) => row(k).prior ?? null), marker: { symbol: "line-ew-open", size: 18 },
+  }], `Predicted mtp speedup per class (model, ± 1 sd; prior ${model.prior ?? "–"},`
+      + ` ${model.observations ?? "–"} mtp outcomes)`, { zeroline: false });
 
-  plot("plot-threshold-time", series(data, "threshold"),
-       "Threshold the policy applied, by class", { range: [0, 1.05] });
+  plot("plot-predicted-time", series(data, "predicted_speedup"),
+       "Speedup the decisions predicted, by class (1.0 = break-even)");
 
   const classes = data.classes.map((c) => c.key).concat(["all"]);
   const rows = data.classes.concat([data.overall]);
@@ -83,19 +92,26 @@ function render(data) {
 
   table("classes",
     ["class", "requests", "errors", "→ mtp", "acceptance", "mtp tok/s", "plain tok/s",
-     "speedup", "threshold"],
+     "speedup (like with like)", "predicted", "gate skip"],
     rows.map((r) => [r.key, r.requests, r.errors, pct(r.mtp_share), fmt(r.acceptance, 2),
                      fmt(r.tps_mtp, 1), fmt(r.tps_plain, 1),
-                     r.speedup === null ? "–" : fmt(r.speedup, 2) + "×", fmt(r.threshold, 2)]));
+                     r.matched_speedup === null ? "–" : fmt(r.matched_speedup, 3) + "×",
+                     r.predicted_speedup === null ? "–" : fmt(r.predicted_speedup, 3) + "×",
+                     pct(r.gate_skip)]));
   table("backends", ["backend", "profile", "health", "in flight", "restarts"],
     data.backends.map((b) => [b.name, b.profile,
       { text: b.healthy ? "healthy" : "DOWN", cls: b.healthy ? "ok" : "bad" },
       b.inflight ?? "–", b.restarts ?? "–"]));
+  table("arms", ["class", "arm (pool + rewrite)", "requests", "share", "decode tok/s",
+                 "time to the answer ms", "tokens"],
+    data.arms.map((a) => [a.cls, a.arm, a.requests, pct(a.share), fmt(a.decode_tps, 1),
+                          fmt(a.total_ms, 0), fmt(a.completion_tokens, 0)]));
   table("recent",
     ["time", "class", "lang", "route", "reason", "backend", "status", "TTFT ms", "tokens",
      "tok/s", "acceptance", "p_spec"],
     data.recent.map((r) => [r.ts.slice(11, 19), r.class, r.lang,
-      r.profile + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
+      (r.pool === r.profile ? r.pool : `${r.pool} (${r.profile})`) +
+        (r.rewrite ? ` + ${r.rewrite}` : "") + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
       r.tokens ?? "–", fmt(r.tps, 1), fmt(r.acceptance, 2), fmt(r.p_spec, 2)]));
   document.getElementById("gain-note").textContent =
     "Gain: how much faster the routed traffic decoded than the same tokens would at one " +

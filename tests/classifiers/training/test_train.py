@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from classifiers.training.outcomes import LoggedOutcome
 from classifiers.scores import CLASS_SPEC_PRIOR, CLASSES
+from classifiers.training.outcomes import LoggedOutcome
 from classifiers.training.train import PRIOR_STRENGTH, class_values
 
 

@@ -4,7 +4,6 @@ Playwright); the screenshot is saved to tests/artifacts/dashboard.png."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -17,10 +16,17 @@ import pytest
 from aiohttp import web
 
 from backends.local.simulator import SimState
-from policies.learn import learn, observation_from_log
-from router.addons.dashboard import RecentRecords, _is_loopback, add_dashboard_routes, choose_bucket_s
-from decisionlog.records import RouteRecord, to_json
+from decisionlog.records import RouteRecord
 from decisionlog.summary import summarize
+from policies.arm_rows import arm_rows
+from router.addons.dashboard import (
+    RecentRecords,
+    _is_loopback,
+    add_dashboard_routes,
+    choose_bucket_s,
+)
+from router.online import model_status
+from router.state import ONLINE
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -57,14 +63,11 @@ async def _real_run(aiohttp_server: ServerFactory, tmp_path: Path) -> tuple[Stac
 
 
 def _status(stack: Stack, records: list[RouteRecord]) -> dict[str, Any]:
-    """Backends from the run's config; thresholds from the real learner over its records."""
-    observations = [observation_from_log(json.loads(to_json(r))) for r in records]
-    state = learn([o for o in observations if o is not None], min_samples=1)
+    """Backends from the run's config; the speedup model as the proxy reports it."""
     return {
         "backends": [{"name": b.name, "profile": b.profile, "healthy": b.profile == "mtp",
                       "inflight": 0, "restarts": 0} for b in stack.config.backends],
-        "thresholds": {key: {"value": min(b.threshold, 1.0), "uncertainty": b.se}
-                       for key, b in state.beliefs.items()},
+        "speedup_model": model_status(stack.proxy.app[ONLINE].model),
     }
 
 
@@ -104,7 +107,17 @@ async def test_data_json_carries_the_shared_summary(
         assert row["acceptance"] == pytest.approx(expected[row["key"]].acceptance)
     assert data["records"] == 15 and len(data["recent"]) == 15
     assert data["recent"][0]["ts"] == records[-1].ts  # newest first
-    assert len(data["backends"]) == 2 and data["thresholds"]
+    assert len(data["backends"]) == 2
+    model = data["speedup_model"]
+    assert model["prior"] == "gb10-ds4" and model["observations"] >= 1  # mtp outcomes learned
+    tech = model["classes"]["technical"]
+    assert tech["low"] < tech["value"] < tech["high"] and tech["prior"] == pytest.approx(1.044)
+    assert set(model["weights"]) >= {"bias", "agent_structure", "cjk"}
+    predicted = [r for r in data["classes"] if r["predicted_speedup"] is not None]
+    assert predicted  # the decisions' predictions, per class
+    assert {(a["cls"], a["arm"]) for a in data["arms"]} == {
+        (r.cls, r.arm) for r in arm_rows(records)} and data["arms"]
+    assert {r["pool"] for r in data["recent"]} <= {"mtp", "plain"}
 
 
 async def test_dashboard_renders_its_plots_in_chromium(
@@ -136,6 +149,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
             traces = await page.eval_on_selector_all(
                 ".js-plotly-plot", "plots => plots.map(p => p.querySelectorAll('g.trace').length)")
             recent_rows = await page.eval_on_selector_all("#recent tr", "rows => rows.length")
+            arm_rows_shown = await page.eval_on_selector_all("#arms tr", "rows => rows.length")
             status_text = await page.inner_text("#status")
             ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
             await page.screenshot(path=str(ARTIFACT), full_page=True)
@@ -145,6 +159,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
     assert errors == []
     assert all(n >= 1 for n in traces) and len(traces) == 6
     assert recent_rows == 16  # header + the 15 requests
+    assert arm_rows_shown == 1 + len(arm_rows(records))
     assert "15 recent requests" in status_text
     assert ARTIFACT.stat().st_size > 20_000
 

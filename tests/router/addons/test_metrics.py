@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,9 +59,20 @@ def test_observe_counts_requests_and_fills_histograms() -> None:
     assert _get(s, "specroute_acceptance_ratio_bucket", **{"class": "code"}, le="0.5") == 1
     assert _get(s, "specroute_acceptance_ratio_count", **{"class": "code"}) == 2
     assert ("specroute_ttft_seconds_count", (("class", "chat"), ("profile", "plain"))) not in s
+    assert _get(s, "specroute_arm_requests_total", **{"class": "code"}, pool="mtp", arm="mtp") == 2
 
 
-def test_events_backend_health_restarts_failovers_reloads_thresholds() -> None:
+def test_arms_beyond_mtp_and_plain_are_counted() -> None:
+    metrics = Metrics()
+    chat = make_record(cls="chat", profile="plain")
+    arm = "nothink+model=deepseek-chat,thinking=off"
+    metrics.observe(replace(chat, decision={**chat.decision, "pool": "nothink", "arm": arm}))
+    s = _samples(metrics)
+    assert _get(s, "specroute_arm_requests_total", **{"class": "chat"}, pool="nothink",
+                arm=arm) == 1
+
+
+def test_events_backend_health_restarts_failovers_reloads_model_speedup() -> None:
     metrics = Metrics()
     metrics.set_backend_health("mtp-0", "mtp", True)
     metrics.set_backend_health("plain-0", "plain", True)
@@ -70,7 +82,7 @@ def test_events_backend_health_restarts_failovers_reloads_thresholds() -> None:
     metrics.policy_reload(True)
     metrics.policy_reload(True)
     metrics.policy_reload(False)
-    metrics.set_threshold("code/en", 0.42)
+    metrics.set_model_speedup("code", 1.042)
     s = _samples(metrics)
     assert _get(s, "specroute_backend_healthy", backend="mtp-0", profile="mtp") == 1
     assert _get(s, "specroute_backend_healthy", backend="plain-0", profile="plain") == 0
@@ -78,7 +90,7 @@ def test_events_backend_health_restarts_failovers_reloads_thresholds() -> None:
     assert _get(s, "specroute_failovers_total", from_backend="mtp-0", to_backend="plain-0") == 1
     assert _get(s, "specroute_policy_reloads_total", result="ok") == 2
     assert _get(s, "specroute_policy_reloads_total", result="failed") == 1
-    assert _get(s, "specroute_learned_threshold", key="code/en") == pytest.approx(0.42)
+    assert _get(s, "specroute_model_speedup", cls="code") == pytest.approx(1.042)
 
 
 def test_two_apps_never_share_counts() -> None:
@@ -96,7 +108,7 @@ def test_grafana_dashboard_queries_only_exported_series() -> None:
     metrics.observe(make_record(draft_n=4, accepted=3, explored=True, failover_from=("x",)))
     metrics.set_backend_health("mtp-0", "mtp", True)
     metrics.inc_backend_restart("mtp-0")
-    metrics.set_threshold("code/en", 0.5)
+    metrics.set_model_speedup("code", 1.05)
     exported = {name for name, _ in _samples(metrics)}
     assert len(dashboard["panels"]) >= 10
     assert used and used <= exported, used - exported

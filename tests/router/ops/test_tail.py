@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from decisionlog.records import RouteRecord, to_json
 from decisionlog.writer import DecisionLog
 from router.ops.commands import register
-from decisionlog.records import RouteRecord, to_json
 from router.ops.tail import RecordFilter, Tail, TailOptions, format_record
 from tests.decisionlog.examples import make_record
 
@@ -126,3 +127,12 @@ def test_tail_command_via_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert args.func(args) == 2
     with pytest.raises(SystemExit):
         parser.parse_args(["tail", "-n", "-1"])
+
+
+def test_format_record_names_a_named_pool_and_the_rewrite() -> None:
+    record = make_record(cls="chat", profile="plain")
+    line = format_record(record)
+    assert "pool" not in line and "rewrite" not in line
+    rewritten = replace(record, decision={**record.decision, "pool": "nothink"},
+                        rewrite={"label": "model=deepseek-chat,thinking=off"})
+    assert format_record(rewritten).endswith("pool nothink  rewrite model=deepseek-chat,thinking=off")

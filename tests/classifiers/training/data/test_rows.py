@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from classifiers.training.data.rows import CorpusError, Row, alternate, chat, from_json, lang_of, pick, user
+from classifiers.training.data.rows import (
+    CorpusError,
+    Row,
+    alternate,
+    chat,
+    from_json,
+    lang_of,
+    pick,
+    user,
+)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,77 @@
+"""What the client receives of an engine's answer: the engine's bytes minus what the proxy
+itself asked for (the usage chunk of `stream_options.include_usage`, SGLang's `meta_info`).
+
+Pure: a filter of one SSE event, or of one JSON body, given its parsed payload; no I/O. Every
+byte the proxy did not add reaches the client as the engine wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Final
+
+from backends.jsonedit import drop_member
+from backends.measure import is_usage_only
+
+_META_INFO_ARRAYS: Final = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What the proxy added to the request that the client did not ask for."""
+
+    usage: bool = False  # the include_usage chunk (`"choices": []`)
+    meta_info: bool = False  # SGLang's `meta_info`
+
+
+def client_event(raw: bytes, payload: object, added: Added) -> bytes | None:
+    """One SSE event as the client gets it, or None when the whole event is the proxy's."""
+    if added.usage and is_usage_only(payload):
+        return None
+    if added.meta_info and has_meta_info(payload):
+        return _event_without_meta_info(raw, payload)
+    return raw
+
+
+def client_body(body: bytes, payload: object, added: Added) -> bytes:
+    """A non-stream JSON body as the client gets it."""
+    if added.meta_info and has_meta_info(payload):
+        return without_meta_info(body, payload)
+    return body
+
+
+def has_meta_info(payload: object) -> bool:
+    if not isinstance(payload, dict):
+        return False
+    choices = payload.get("choices")
+    in_choices = isinstance(choices, list) and any(
+        isinstance(c, dict) and "meta_info" in c for c in choices
+    )
+    return "meta_info" in payload or in_choices
+
+
+def without_meta_info(body: bytes, payload: object) -> bytes:
+    """The JSON `body` minus the `meta_info` the proxy asked for (top level and per choice),
+    every other byte as the engine wrote it; re-encoded from `payload` only when the bytes
+    cannot be edited (not UTF-8)."""
+    try:
+        edited = drop_member(body.decode("utf-8"), "meta_info", in_arrays=_META_INFO_ARRAYS)
+    except UnicodeDecodeError:
+        edited = None
+    if edited is None:
+        edited = drop_member(json.dumps(payload, ensure_ascii=False), "meta_info",
+                             in_arrays=_META_INFO_ARRAYS)
+    assert edited is not None  # `payload` is the JSON object `body` held
+    return edited.encode()
+
+
+def _event_without_meta_info(raw: bytes, payload: object) -> bytes:
+    """One `data: {...}` SSE event minus `meta_info`, its framing kept."""
+    head, sep, rest = raw.partition(b"data:")
+    body = rest.rstrip(b"\r\n")
+    if sep and b"\n" not in body:
+        start = len(body) - len(body.lstrip(b" "))
+        return head + sep + body[:start] + without_meta_info(body[start:], payload) + \
+            rest[len(body):]
+    return b"data: " + without_meta_info(b"", payload) + b"\n\n"  # multi-line: re-encoded

@@ -1,0 +1,1 @@
+"""specroute's benchmarks, run from the repository root: `python -m bench.NAME`."""

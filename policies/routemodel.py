@@ -1,0 +1,192 @@
+"""What the router predicts per request and instance, learned from the decision log over a
+machine prior: the plain step time, the speedup of an mtp instance for this request, the
+prefill rate, and how many tokens the request will produce. Every term has an uncertainty.
+
+Pure: observations in, sufficient statistics (`RouteEvidence`, additive, JSON-able) out; a
+`RouteModel` combines them with a `MachinePrior`. No I/O, no clock.
+
+Speedup observations are stored as -log(ms per token on the mtp instance): the log-speedup is
+that plus log(t_plain), and since the model has a bias input, the plain step estimate can be
+folded in when the posterior is formed; evidence stays valid as the plain estimate improves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import numpy as np
+
+from policies.machine import MachinePrior
+from policies.observation import Observation
+from policies.schema import Assume
+from policies.speedup import (
+    Evidence,
+    Posterior,
+    Prediction,
+    ScalarEvidence,
+    Vector,
+    normal_posterior,
+)
+
+# A request's prefill rate is learned only from prompts at least this long (short prompts are
+# dominated by fixed per-request costs).
+MIN_PREFILL_TOKENS: Final = 32
+# Completion lengths borrow this many pseudo-requests from the machine prior.
+COMPLETION_PRIOR_WEIGHT: Final = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEvidence:
+    """Everything learned from the log, as sums (merge two by adding)."""
+
+    greedy: Evidence = field(default_factory=Evidence.empty)  # y = -log(mtp ms/token)
+    sampled: ScalarEvidence = field(default_factory=ScalarEvidence)  # -log(mtp ms/token), sampled or thinking
+    plain_ms: ScalarEvidence = field(default_factory=ScalarEvidence)  # ms per token on plain instances
+    prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # profile -> ms/token
+    completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
+    through: str = ""  # timestamp of the newest record included
+
+    def merged(self, other: RouteEvidence) -> RouteEvidence:
+        return RouteEvidence(
+            greedy=self.greedy.merged(other.greedy),
+            sampled=self.sampled.merged(other.sampled),
+            plain_ms=self.plain_ms.merged(other.plain_ms),
+            prefill=_merge(self.prefill, other.prefill),
+            completion=_merge(self.completion, other.completion),
+            through=max(self.through, other.through),
+        )
+
+    @property
+    def n_mtp(self) -> int:
+        return self.greedy.n + self.sampled.n
+
+    def as_json(self) -> dict[str, Any]:
+        def scalars(table: Mapping[str, ScalarEvidence]) -> dict[str, list[float]]:
+            return {k: [v.n, v.total, v.squares] for k, v in sorted(table.items())}
+
+        return {
+            "greedy": self.greedy.as_json(),
+            "sampled": [self.sampled.n, self.sampled.total, self.sampled.squares],
+            "plain_ms": [self.plain_ms.n, self.plain_ms.total, self.plain_ms.squares],
+            "prefill": scalars(self.prefill),
+            "completion": scalars(self.completion),
+            "through": self.through,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RouteEvidence:
+        def scalar(raw: Any) -> ScalarEvidence:
+            n, total, squares = raw
+            return ScalarEvidence(int(n), float(total), float(squares))
+
+        return cls(
+            greedy=Evidence.from_json(data["greedy"]),
+            sampled=scalar(data["sampled"]),
+            plain_ms=scalar(data["plain_ms"]),
+            prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
+            completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
+            through=str(data.get("through", "")),
+        )
+
+
+def _merge(
+    a: Mapping[str, ScalarEvidence], b: Mapping[str, ScalarEvidence]
+) -> dict[str, ScalarEvidence]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out[key].merged(value) if key in out else value
+    return out
+
+
+def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence:
+    """The evidence in a batch of observations (what `specroute learn` stores)."""
+    evidence = RouteEvidence()
+    rows: list[tuple[Vector, float]] = []
+    for o in observations:
+        if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
+            rows.append((np.array(o.inputs, dtype=np.float64), -math.log(o.ms_per_token)))
+            evidence = replace(evidence, **_others(evidence, o))
+        else:
+            evidence = add_scalars(evidence, o, assume)
+    return replace(evidence, greedy=evidence.greedy.merged(Evidence.of(rows)))
+
+
+def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
+    """The evidence with one more observation (what the proxy does as records arrive)."""
+    if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
+        x = np.array(o.inputs, dtype=np.float64)
+        evidence = replace(evidence, greedy=evidence.greedy.plus(x, -math.log(o.ms_per_token)))
+        return replace(evidence, **_others(evidence, o))
+    return add_scalars(evidence, o, assume)
+
+
+def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
+    changes = _others(evidence, o)
+    if o.profile == "plain":
+        changes["plain_ms"] = evidence.plain_ms.plus(o.ms_per_token)
+    elif not o.greedy(assume):
+        changes["sampled"] = evidence.sampled.plus(-math.log(o.ms_per_token))
+    return replace(evidence, **changes)
+
+
+def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
+    """Prefill rate (only when nothing was queued ahead) and completion length."""
+    changes: dict[str, Any] = {"through": max(evidence.through, o.ts)}
+    completion = dict(evidence.completion)
+    completion[o.cls] = completion.get(o.cls, ScalarEvidence()).plus(float(o.completion_tokens))
+    changes["completion"] = completion
+    uncached = o.prompt_tokens - o.cached_tokens
+    if o.ttft_ms is not None and not o.queued and uncached >= MIN_PREFILL_TOKENS:
+        prefill = dict(evidence.prefill)
+        prefill[o.profile] = prefill.get(o.profile, ScalarEvidence()).plus(o.ttft_ms / uncached)
+        changes["prefill"] = prefill
+    return changes
+
+
+class RouteModel:
+    """Predictions for one request on each kind of instance: a prior and evidence combined."""
+
+    def __init__(self, prior: MachinePrior, evidence: RouteEvidence) -> None:
+        self.prior, self.evidence = prior, evidence
+        self.t_plain_ms, self.t_plain_sd = self._t_plain()
+        # Fold log(t_plain) into the stored -log(mtp ms/token): xty += log t * sum(x).
+        greedy = evidence.greedy
+        shift = math.log(self.t_plain_ms)
+        folded = Evidence(greedy.xtx, greedy.xty + shift * greedy.xtx[:, 0], greedy.yy, greedy.n)
+        self.posterior = Posterior(prior, folded)
+        sampled = evidence.sampled
+        shifted = ScalarEvidence(sampled.n, sampled.total + shift * sampled.n, sampled.squares)
+        self._sampled = normal_posterior(
+            math.log(prior.sampled_speedup), prior.shift_sd, prior.noise_sd, shifted
+        )
+
+    def _t_plain(self) -> tuple[float, float]:
+        p, data = self.prior, self.evidence.plain_ms
+        spread = data.sd() if data.n >= 3 else math.nan
+        noise = spread if math.isfinite(spread) and spread > 0 else p.t_plain_cv * p.t_plain_ms
+        return normal_posterior(p.t_plain_ms, p.t_plain_cv * p.t_plain_ms, noise, data)
+
+    def speedup(self, x: Vector, greedy: bool) -> Prediction:
+        """log-speedup of an mtp instance over plain for this request, with its uncertainty."""
+        if greedy:
+            return self.posterior.predict(x)
+        mean, sd = self._sampled
+        return Prediction(mean, sd, self.evidence.sampled.n)
+
+    def prefill_ms_per_token(self, profile: str) -> float:
+        data = self.evidence.prefill.get(profile, ScalarEvidence())
+        if data.n == 0:
+            return self.prior.prefill_ms_per_token
+        k = COMPLETION_PRIOR_WEIGHT
+        return (data.total + k * self.prior.prefill_ms_per_token) / (data.n + k)
+
+    def completion_tokens(self, cls: str, max_tokens: int) -> float:
+        """Expected completion tokens: the class's mean over the log (shrunk toward the prior),
+        capped by the request's max_tokens."""
+        data = self.evidence.completion.get(cls, ScalarEvidence())
+        k = COMPLETION_PRIOR_WEIGHT
+        mean = (data.total + k * self.prior.completion_tokens) / (data.n + k)
+        return float(min(mean, max_tokens)) if max_tokens > 0 else mean

@@ -1,0 +1,216 @@
+"""The per-request speedup of MTP-1 over plain decoding: a contextual bandit over the request's
+logged features and the classifier's scores.
+
+Pure: numpy arithmetic on data passed in; no I/O, no clock, no globals.
+
+The model is a Bayesian linear regression of log-speedup on `INPUTS` (Gaussian prior from the
+machine profile, known noise): the prior puts each class's published log-speedup on the
+classifier's probability of that class, so a cold start routes by the machine's figures; every
+served mtp request adds one observation, so that structure the classifier misreads (tools
+attached with tool calls in the history read as chat, say) is corrected by the outcomes over
+the features themselves. `Evidence` holds only sufficient statistics (additive: the learner
+sums the log, the proxy adds each record as it arrives); `Posterior` combines them with a prior.
+Thompson sampling draws the request's log-speedup from its posterior marginal, one normal draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from classifiers.scores import CLASSES
+from policies.machine import MachinePrior
+
+Vector = npt.NDArray[np.float64]
+
+CLASS_INPUTS: Final = tuple(f"p_{c}" for c in CLASSES)
+INPUTS: Final = (
+    "bias", *CLASS_INPUTS,
+    "tools",  # tools attached
+    "tool_history",  # tool calls or results earlier in the conversation
+    "agent_structure",  # both: unambiguously an agent turn
+    "last_tool",  # the last message is a tool result
+    "code_fences",  # fenced blocks, capped at 3, scaled to [0, 1]
+    "code_lines",  # share of code-like lines
+    "cjk",  # share of CJK characters
+    "json_mode",
+    "log_prompt",  # log(1 + prompt tokens) / 10
+    "turns",  # messages, capped at 20, scaled to [0, 1]
+)
+# Prior spread of a weight that is not a class's or the machine-wide shift's.
+FEATURE_SD: Final = 0.05
+
+
+def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> Vector:
+    """The model's input for one request, from the features and class scores as logged."""
+
+    def num(name: str) -> float:
+        value = features.get(name, 0)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    probabilities = dict(scores or {})
+    total = sum(probabilities.get(c, 0.0) for c in CLASSES)
+    share = [probabilities.get(c, 0.0) / total if total > 0 else 1.0 / len(CLASSES)
+             for c in CLASSES]
+    tools = num("n_tools") > 0
+    history = bool(features.get("history_has_tool")) or bool(features.get("last_role_tool"))
+    values = [
+        1.0, *share,
+        float(tools),
+        float(history),
+        float(tools and history),
+        float(bool(features.get("last_role_tool"))),
+        min(num("code_fences"), 3.0) / 3.0,
+        min(max(num("code_line_share"), 0.0), 1.0),
+        min(max(num("cjk_share"), 0.0), 1.0),
+        float(bool(features.get("json_mode"))),
+        math.log1p(max(num("prompt_tokens"), 0.0)) / 10.0,
+        min(num("n_messages"), 20.0) / 20.0,
+    ]
+    return np.array(values, dtype=np.float64)
+
+
+def class_inputs(cls: str) -> Vector:
+    """The input of a request wholly of one class, with no other signal (for reports)."""
+    x = np.zeros(len(INPUTS))
+    x[0], x[INPUTS.index(f"p_{cls}")] = 1.0, 1.0
+    return x
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Evidence:
+    """Sufficient statistics of observed log-speedups: sum of x x^T, of x y, of y^2, count."""
+
+    xtx: Vector  # (d, d)
+    xty: Vector  # (d,)
+    yy: float
+    n: int
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Evidence):
+            return NotImplemented
+        return (self.n == other.n and self.yy == other.yy
+                and np.array_equal(self.xtx, other.xtx) and np.array_equal(self.xty, other.xty))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def empty(cls, d: int = len(INPUTS)) -> Evidence:
+        return cls(np.zeros((d, d)), np.zeros(d), 0.0, 0)
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[Vector, float]]) -> Evidence:
+        if not rows:
+            return cls.empty()
+        x = np.array([r[0] for r in rows], dtype=np.float64)
+        y = np.array([r[1] for r in rows], dtype=np.float64)
+        return cls(x.T @ x, x.T @ y, float(y @ y), len(rows))
+
+    def plus(self, x: Vector, y: float) -> Evidence:
+        return Evidence(self.xtx + np.outer(x, x), self.xty + x * y, self.yy + y * y, self.n + 1)
+
+    def merged(self, other: Evidence) -> Evidence:
+        return Evidence(self.xtx + other.xtx, self.xty + other.xty, self.yy + other.yy,
+                        self.n + other.n)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"inputs": list(INPUTS), "xtx": self.xtx.tolist(), "xty": self.xty.tolist(),
+                "yy": self.yy, "n": self.n}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
+        if list(data["inputs"]) != list(INPUTS):
+            raise ValueError(f"speedup inputs {data['inputs']!r} differ from {list(INPUTS)!r}")
+        d = len(INPUTS)
+        xtx = np.array(data["xtx"], dtype=np.float64).reshape(d, d)
+        xty = np.array(data["xty"], dtype=np.float64).reshape(d)
+        return cls(xtx, xty, float(data["yy"]), int(data["n"]))
+
+
+def prior_weights(prior: MachinePrior) -> tuple[Vector, Vector]:
+    """Prior mean and variances of the weights: each class's log-speedup on its probability."""
+    mean = np.zeros(len(INPUTS))
+    var = np.full(len(INPUTS), FEATURE_SD**2)
+    var[0] = prior.shift_sd**2
+    for i, cls in enumerate(CLASSES, start=1):
+        mean[i] = prior.log_speedup(cls)
+        var[i] = prior.class_sd**2
+    return mean, var
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """log-speedup ~ Normal(mean, sd) for one request (sd: the model's uncertainty)."""
+
+    mean: float
+    sd: float
+    n: int  # observations behind it
+
+    def sample(self, z: float) -> float:
+        """The speedup at a standard normal draw `z` (0: the posterior median)."""
+        return math.exp(self.mean + z * self.sd)
+
+    @property
+    def speedup(self) -> float:
+        return math.exp(self.mean)
+
+
+class Posterior:
+    """The weights' posterior under a prior and evidence (noise sd from the prior)."""
+
+    def __init__(self, prior: MachinePrior, evidence: Evidence) -> None:
+        mean0, var0 = prior_weights(prior)
+        noise = prior.noise_sd**2
+        precision = np.diag(1.0 / var0) + evidence.xtx / noise
+        self.cov: Vector = np.asarray(np.linalg.inv(precision), dtype=np.float64)
+        self.mean: Vector = self.cov @ (mean0 / var0 + evidence.xty / noise)
+        self.n = evidence.n
+
+    def predict(self, x: Vector) -> Prediction:
+        variance = float(x @ self.cov @ x)
+        return Prediction(float(x @ self.mean), math.sqrt(max(variance, 0.0)), self.n)
+
+    def weights(self) -> dict[str, tuple[float, float]]:
+        """Each input's weight and its standard deviation (for `policy explain`)."""
+        sd = np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
+        return {name: (float(m), float(s)) for name, m, s in zip(INPUTS, self.mean, sd, strict=True)}
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarEvidence:
+    """Sufficient statistics of a scalar (count, sum, sum of squares)."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    def plus(self, value: float, weight: int = 1) -> ScalarEvidence:
+        return ScalarEvidence(self.n + weight, self.total + weight * value,
+                              self.squares + weight * value * value)
+
+    def merged(self, other: ScalarEvidence) -> ScalarEvidence:
+        return ScalarEvidence(self.n + other.n, self.total + other.total,
+                              self.squares + other.squares)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else math.nan
+
+    def sd(self) -> float:
+        if self.n < 2:
+            return math.nan
+        return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0) * self.n / (self.n - 1))
+
+
+def normal_posterior(
+    prior_mean: float, prior_sd: float, noise_sd: float, data: ScalarEvidence
+) -> tuple[float, float]:
+    """Posterior mean and sd of a normal mean with a normal prior and known noise."""
+    precision = 1.0 / prior_sd**2 + data.n / noise_sd**2
+    mean = (prior_mean / prior_sd**2 + data.total / noise_sd**2) / precision
+    return mean, math.sqrt(1.0 / precision)

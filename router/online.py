@@ -1,0 +1,103 @@
+"""The route model in force, updated online as records arrive.
+
+The learned file (written by `specroute learn` or the background learner, hot-reloaded by the
+policy store) holds the evidence of the whole log up to its `through` timestamp; records
+written since are added here one by one, so that the next request already uses the last
+outcome. When a newer learned file is swapped in, the records it already covers are dropped
+from the online part (they are counted once). A record sink; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+import numpy as np
+
+from classifiers.scores import CLASSES
+from decisionlog.records import RouteRecord
+from policies.observation import Observation, observation_from_record
+from policies.routemodel import RouteEvidence, RouteModel, observe
+from policies.speedup import INPUTS, class_inputs
+from policies.store import PolicyStore, Snapshot
+
+# Records kept for re-applying after a reload (a learner that runs every few minutes sees far
+# fewer in between).
+MAX_PENDING: Final = 20_000
+
+
+class OnlineModel:
+    """The store's prior and evidence plus the records logged since; `model` is current."""
+
+    sink_name = "online_model"  # names it where record-sink failures are counted
+
+    def __init__(self, store: PolicyStore) -> None:
+        self._store = store
+        self._pending: deque[Observation] = deque(maxlen=MAX_PENDING)
+        self._snapshot: Snapshot | None = None
+        self._recent = RouteEvidence()
+        self._model: RouteModel | None = None
+
+    @property
+    def model(self) -> RouteModel:
+        snapshot = self._store.snapshot
+        if snapshot is not self._snapshot or self._model is None:
+            self._rebase(snapshot)
+        assert self._model is not None
+        return self._model
+
+    @property
+    def online_records(self) -> int:
+        """Records added since the learned file in force was written."""
+        return len(self._pending)
+
+    def write_record(self, record: RouteRecord) -> None:
+        observation = observation_from_record(record)
+        if observation is None:
+            return
+        self._pending.append(observation)
+        snapshot = self._store.snapshot
+        if snapshot is not self._snapshot or self._model is None:
+            self._rebase(snapshot)
+            return
+        self._recent = observe(self._recent, observation, snapshot.policy.assume)
+        self._model = self._build(snapshot)
+
+    def _rebase(self, snapshot: Snapshot) -> None:
+        """A new snapshot: keep only the records its learned file does not cover (a new policy
+        with the same learned state keeps everything added online: only the prior changes)."""
+        if self._snapshot is not None and snapshot.learned is self._snapshot.learned:
+            self._snapshot = snapshot
+            self._model = self._build(snapshot)
+            return
+        through = snapshot.learned.evidence.through
+        kept = [o for o in self._pending if not through or o.ts > through]
+        self._pending = deque(kept, maxlen=MAX_PENDING)
+        recent = RouteEvidence()
+        for o in kept:
+            recent = observe(recent, o, snapshot.policy.assume)
+        self._snapshot, self._recent = snapshot, recent
+        self._model = self._build(snapshot)
+
+    def _build(self, snapshot: Snapshot) -> RouteModel:
+        return RouteModel(snapshot.prior, snapshot.learned.evidence.merged(self._recent))
+
+
+def model_status(model: RouteModel) -> dict[str, Any]:
+    """The speedup model for the dashboard and metrics: per class, the predicted speedup of a
+    request wholly of that class with its 1-sd range; the prior; the evidence; the weights."""
+    classes: dict[str, dict[str, float]] = {}
+    for cls in CLASSES:
+        p = model.posterior.predict(class_inputs(cls))
+        classes[cls] = {"value": p.speedup, "low": p.sample(-1.0), "high": p.sample(1.0),
+                        "prior": model.prior.class_speedup.get(cls, 1.0)}
+    sampled = model.speedup(np.zeros(len(INPUTS)), greedy=False)
+    return {
+        "prior": model.prior.name,
+        "observations": model.evidence.greedy.n,
+        "sampled": {"value": sampled.speedup, "low": sampled.sample(-1.0),
+                    "high": sampled.sample(1.0), "n": model.evidence.sampled.n},
+        "t_plain_ms": model.t_plain_ms,
+        "classes": classes,
+        "weights": {name: {"mean": m, "sd": s} for name, (m, s) in model.posterior.weights().items()},
+    }
