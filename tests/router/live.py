@@ -8,7 +8,6 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from backends.local.simulator import SimState, create_sim_app
@@ -47,7 +46,7 @@ class LiveStack:
         self.run(self._start())
         return self
 
-    def __exit__(self, *exc: object | TracebackType) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.run(self._stop())
         finally:

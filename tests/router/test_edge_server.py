@@ -102,9 +102,11 @@ async def test_metrics_and_dashboard_answer_a_loopback_client(stack: Stack) -> N
 
 
 async def _readyz(port: int) -> dict[str, object]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-            return dict(await response.json())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/readyz") as response,
+    ):
+        return dict(await response.json())
 
 
 def _health(ready: dict[str, object]) -> dict[str, bool]:
@@ -155,7 +157,9 @@ async def test_a_full_disk_costs_log_lines_not_requests(
     assert isinstance(sinks, dict)
     assert sinks["decision_log"]["failures"] == 3 and not sinks["decision_log"]["ok"]
     assert "No space left" in sinks["decision_log"]["last_error"]
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{stack.proxy.port}/metrics") as response:
-            text = await response.text()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{stack.proxy.port}/metrics") as response,
+    ):
+        text = await response.text()
     assert 'specroute_record_sink_failures_total{sink="decision_log"} 3.0' in text

@@ -16,7 +16,6 @@ import json
 import os
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -161,9 +160,11 @@ headers = st.fixed_dictionaries({}, optional={
 async def _send(stack: LiveStack, method: str, url: str | URL, raw: bytes | None,
                 sent_headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
-        async with session.request(method, url, data=raw, headers=sent_headers) as response:
-            return response.status, dict(response.headers), await response.read()
+    async with (
+        aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session,
+        session.request(method, url, data=raw, headers=sent_headers) as response,
+    ):
+        return response.status, dict(response.headers), await response.read()
 
 
 def _check_answer(stack: LiveStack, status: int, got: dict[str, str], payload: bytes) -> None:
@@ -229,13 +230,12 @@ def test_fuzz_cases_are_reproducible() -> None:
     """The derandomized run draws the same cases each time (CI failures can be replayed)."""
     drawn: list[list[bytes]] = []
     for _ in range(2):
-        seen: list[bytes] = []
+        drawn.append([])
 
         @settings(max_examples=5, derandomize=True, database=None, deadline=None)
         @given(case=bodies())
         def collect(case: tuple[str, bytes]) -> None:
-            seen.append(case[1])
+            drawn[-1].append(case[1])
 
         collect()
-        drawn.append(seen)
     assert drawn[0] == drawn[1] and random.Random(0).random() < 1  # the seed is fixed, not time

@@ -28,12 +28,14 @@ CHAT = {"model": "sim-model", "temperature": 0, "max_tokens": 8,
 
 async def _post_raw(stack: Stack, path: str, raw: bytes,
                     headers: dict[str, str] | None = None) -> tuple[int, dict[str, object], str]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(stack.base_url + path, data=raw, headers={
-            "Content-Type": "application/json", **(headers or {})}) as response:
-            text = await response.text()
-            body = json.loads(text) if response.content_type == "application/json" else {}
-            return response.status, body, text
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(stack.base_url + path, data=raw, headers={
+            "Content-Type": "application/json", **(headers or {})}) as response,
+    ):
+        text = await response.text()
+        body = json.loads(text) if response.content_type == "application/json" else {}
+        return response.status, body, text
 
 
 def _decision_lines(stack: Stack) -> list[str]:
@@ -72,9 +74,8 @@ async def test_lone_surrogates_in_text_are_served_with_the_shipped_tokenizer(
     aiohttp_server: ServerFactory, tmp_path: Path, stream: bool
 ) -> None:
     stack = await start_stack(aiohttp_server, tmp_path, shipped_scorer=True)
-    raw = ('{"model":"sim-model","temperature":0,"max_tokens":8,"stream":%s,'
-           '"messages":[{"role":"system","content":%s},{"role":"user","content":%s}]}'
-           % (json.dumps(stream), LONE, LONE)).encode()
+    raw = (f'{{"model":"sim-model","temperature":0,"max_tokens":8,"stream":{json.dumps(stream)},'
+           f'"messages":[{{"role":"system","content":{LONE}}},{{"role":"user","content":{LONE}}}]}}').encode()
     status, _, text = await _post_raw(stack, "/chat/completions", raw)
     assert status == 200, text
     record = (await stack.logged(1))[-1]
@@ -89,8 +90,8 @@ async def test_lone_surrogates_in_text_are_served_with_the_shipped_tokenizer(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_lone_surrogate_in_model_is_served_and_logged(stack: Stack, stream: bool) -> None:
-    raw = ('{"model":"sim\\ud800model","temperature":0,"max_tokens":8,"stream":%s,'
-           '"messages":[{"role":"user","content":"hello"}]}' % json.dumps(stream)).encode()
+    raw = (f'{{"model":"sim\\ud800model","temperature":0,"max_tokens":8,"stream":{json.dumps(stream)},'
+           '"messages":[{"role":"user","content":"hello"}]}').encode()
     status, _, text = await _post_raw(stack, "/chat/completions", raw)
     assert status == 200, text
     await stack.logged(1)
@@ -125,26 +126,26 @@ async def test_a_real_gzip_body_is_read_and_forwarded_decoded(stack: Stack) -> N
 ])
 async def test_only_normalised_v1_paths_are_forwarded(stack: Stack, path: str) -> None:
     url = URL(f"http://127.0.0.1:{stack.proxy.port}{path}", encoded=True)
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url) as response:
-            assert response.status == 404
-            assert "x-specroute-backend" not in response.headers  # answered by the proxy
-            error = (await response.json())["error"]
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert response.status == 404
+        assert "x-specroute-backend" not in response.headers  # answered by the proxy
+        error = (await response.json())["error"]
     assert error["type"] == "not_found_error"
 
 
 async def test_a_normalised_passthrough_path_still_goes_to_the_backend(stack: Stack) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{stack.base_url}/embeddings",
-                                json={"model": "sim-model", "input": "x"}) as response:
-            assert response.status == 200
-            assert response.headers["x-specroute-backend"] == "plain-0"
+    async with aiohttp.ClientSession() as session, session.post(f"{stack.base_url}/embeddings",
+                            json={"model": "sim-model", "input": "x"}) as response:
+        assert response.status == 200
+        assert response.headers["x-specroute-backend"] == "plain-0"
 
 
 async def _readyz(stack: Stack) -> dict[str, object]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{stack.proxy.port}/readyz") as response:
-            return dict(await response.json())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{stack.proxy.port}/readyz") as response,
+    ):
+        return dict(await response.json())
 
 
 async def test_a_bad_request_answered_with_500_is_relayed_and_harms_no_backend(stack: Stack) -> None:
@@ -211,13 +212,15 @@ async def test_every_logged_string_is_capped(stack: Stack) -> None:
 async def test_wrong_methods_get_a_json_405(stack: Stack, method: str, path: str) -> None:
     if path == "/models" and method == "GET":
         return
-    async with aiohttp.ClientSession() as session:
-        async with session.request(method, stack.base_url + path,
-                                   headers={"Authorization": "Bearer sk-secret"}) as response:
-            assert response.status == 405
-            assert response.content_type == "application/json"
-            error = (await response.json())["error"]
-            assert "x-specroute-backend" not in response.headers
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, stack.base_url + path,
+                        headers={"Authorization": "Bearer sk-secret"}) as response,
+    ):
+        assert response.status == 405
+        assert response.content_type == "application/json"
+        error = (await response.json())["error"]
+        assert "x-specroute-backend" not in response.headers
     assert error["code"] == "method_not_allowed"
     assert stack.mtp.received == [] and stack.plain.received == []
 
@@ -226,14 +229,16 @@ async def test_wrong_methods_get_a_json_405(stack: Stack, method: str, path: str
 async def test_nesting_at_the_bound_is_never_a_500(stack: Stack, field: str) -> None:
     nested = "leaf"
     for _ in range(MAX_JSON_DEPTH - 1):  # the body's object is the first level
-        nested = '{"k":%s}' % nested
+        nested = f'{{"k":{nested}}}'
     raw = ('{"model":"sim-model","stream":true,"temperature":0,"max_tokens":4,'
-           '"messages":[{"role":"user","content":"hi"}],"%s":%s}' % (field, nested)).encode()
-    async with aiohttp.ClientSession() as session:
-        async with session.post(stack.base_url + "/chat/completions", data=raw.replace(
-                b"leaf", b'"x"'), headers={"Content-Type": "application/json"}) as response:
-            status, backend = response.status, response.headers.get("x-specroute-backend")
-            text = await response.text()
+           f'"messages":[{{"role":"user","content":"hi"}}],"{field}":{nested}}}').encode()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(stack.base_url + "/chat/completions", data=raw.replace(
+            b"leaf", b'"x"'), headers={"Content-Type": "application/json"}) as response,
+    ):
+        status, backend = response.status, response.headers.get("x-specroute-backend")
+        text = await response.text()
     # a 5xx may only be the backend's own answer (the simulator's parser gives up at ~1,000)
     assert status < 500 or backend not in (None, "none"), text
     if status == 400:

@@ -72,10 +72,12 @@ async def test_a_backend_killed_mid_run_loses_no_request_that_could_be_served(
     url = f"{stack.base_url}/chat/completions"
 
     async def one(i: int, stream: bool) -> tuple[int, dict[str, str], bytes]:
-        async with aiohttp.ClientSession(timeout=REQUEST_TIMEOUT) as session:
-            async with session.post(url, json=_chat(i, stream=stream),
-                                    headers={"x-specroute-route": "mtp"}) as response:
-                return response.status, dict(response.headers), await response.read()
+        async with (
+            aiohttp.ClientSession(timeout=REQUEST_TIMEOUT) as session,
+            session.post(url, json=_chat(i, stream=stream),
+                         headers={"x-specroute-route": "mtp"}) as response,
+        ):
+            return response.status, dict(response.headers), await response.read()
 
     first = [asyncio.ensure_future(one(i, stream=i % 2 == 0)) for i in range(32)]
     for _ in range(250):  # bounded: until mtp-0 is streaming to some of them
@@ -135,6 +137,8 @@ async def test_a_log_directory_that_goes_away_costs_lines_then_recovers(
 
 
 async def _sinks(stack: Stack) -> dict[str, dict[str, object]]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{stack.proxy.port}/readyz") as response:
-            return dict((await response.json())["record_sinks"])
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{stack.proxy.port}/readyz") as response,
+    ):
+        return dict((await response.json())["record_sinks"])
