@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
                        help="decision logs whose outcomes refine p_spec")
     train.add_argument("--out", type=Path, default=DEFAULT_ARTIFACT,
                        help="artifact to write atomically (report and PNG beside it)")
-    train.add_argument("--C", dest="c", type=float, default=8.0,
+    train.add_argument("--C", dest="c", type=float, default=2.0,
                        help="inverse regularisation strength of the logistic regression")
     train.add_argument("--max-iter", type=int, default=100, help="solver iterations per fit")
     train.add_argument("--pays-at", type=float, default=0.5,

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from classifiers.request_view import RequestView
 
-FEATURE_SCHEMA_VERSION: Final = 3
+FEATURE_SCHEMA_VERSION: Final = 4
 
 # Characters tokenized to estimate the tokens-per-character ratio: tokenizing costs ~0.5 us a
 # character, so the sample is small (it only estimates a ratio; the hot path has ~0.3 ms).
@@ -56,12 +56,30 @@ _STOP_WORDS: Final = frozenset({
     "some", "not", "but", "its", "it's", "get", "give", "tell", "show", "make", "need", "want",
     "like", "just", "also", "then", "than", "them", "they", "one", "two",
 })
+_CASUAL_TOKEN = re.compile(r"[a-z']+|[\u4e00-\u9fff]")
+_CASUAL_WORDS: Final = frozenset({
+    "i", "i'm", "im", "i've", "i'd", "i'll", "me", "my", "mine", "you", "you're", "youre", "u",
+    "ur", "your", "yours", "we", "us", "our", "lol", "haha", "hahaha", "lmao", "omg", "hey",
+    "hi", "hello", "yeah", "yea", "yep", "nope", "oh", "ah", "wow", "cool", "nice", "awesome",
+    "thanks", "thank", "ok", "okay", "sure", "bye", "sorry", "hmm", "well", "really", "too",
+    "love", "like", "feel", "fun", "guess", "think", "maybe", "pretty", "gonna", "wanna", "so",
+    "我", "你", "咱", "们", "呢", "吧", "啊", "呀", "哈", "嗯", "哦", "嘛", "啦", "喔", "哎",
+})
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 _CODE_LINE = re.compile(
     r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
     public |private |func |fn |let |const |var |SELECT |INSERT |UPDATE |CREATE |<\w+[^>]*>|\}|\{)
     |[;{}]\s*$|=>|->|==|!=|\w+\(.*\)\s*[:{;]?\s*$)""",
     re.VERBOSE,
+)
+
+# A first line that is code: a definition, an import, a directive, a signature or a statement.
+_CODE_START = re.compile(
+    r"\s*(def |class |import |from [\w.]+ import |#include|#!|package |using |func |fn |"
+    r"(public|private|static|async|export) |function |const |let |var |@[\w.]+(\(.*\))? *$|"
+    r"(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH) |<\?php|<!DOCTYPE|<html|"
+    r"[\w.\[\]]+ *= *\S+;?\s*$|[\w.]+\(.*\) *[:;{]? *$)",
+    re.MULTILINE,
 )
 
 
@@ -79,7 +97,7 @@ class Features:
     n_messages: int
     code_fences: int
     code_line_share: float
-    cjk_share: float
+    cjk_share: float  # of the last user turn, outside fenced code
     json_mode: bool
     temperature: float  # -1 when the request did not set it
     greedy: bool  # temperature set to <= 0
@@ -92,10 +110,18 @@ class Features:
     # Share of the user's words (Latin words, CJK bigrams) found in the tools' names and
     # descriptions: a tool that matches the ask makes a tool call likely (0 without tools).
     tool_text_overlap: float = 0.0
+    # Code without fences: share of the ask's lines that are indented (a pasted function
+    # body, a docstring), and whether its first line is code (a signature, an import).
+    indented_line_share: float = 0.0
+    starts_with_code: bool = False
+    # Conversational register: share of the ask's words that are pronouns of the two speakers,
+    # interjections or casual particles ("I", "you", "lol", "haha", "哈哈", "呢"); small talk is
+    # about the speakers, an explanation about a subject, whatever the source.
+    casual_word_share: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | bool]:
         # not dataclasses.asdict: it deep-copies each number, on every request
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {name: getattr(self, name) for name in FEATURE_NAMES}
 
     @property
     def agent_structure(self) -> bool:
@@ -108,7 +134,10 @@ class Features:
         return tuple(float(getattr(self, name)) for name in FEATURE_NAMES)
 
 
-FEATURE_NAMES: Final = tuple(f.name for f in fields(Features))
+# The measured fields, then the properties derived from them (the model reads both, so that
+# it learns what the rules know: a structurally agent turn is an agent turn).
+DERIVED_FEATURES: Final = ("agent_structure",)
+FEATURE_NAMES: Final = tuple(f.name for f in fields(Features)) + DERIVED_FEATURES
 
 # Model aliases that select a mode regardless of other fields (ds4: deepseek-chat is
 # non-thinking, deepseek-reasoner thinks).
@@ -173,7 +202,7 @@ def extract(
         n_messages=len(view.roles),
         code_fences=(len(_FENCE.findall(text)) + 1) // 2,  # an unclosed fence still opens a block
         code_line_share=_code_line_share(text),
-        cjk_share=cjk_share(text),
+        cjk_share=cjk_share(strip_fences(text)),
         json_mode=view.response_format in ("json_object", "json_schema"),
         temperature=-1.0 if view.temperature is None else view.temperature,
         greedy=view.temperature is not None and view.temperature <= 0.0,
@@ -184,14 +213,10 @@ def extract(
         last_user_tokens=round(len(text) * per_char),
         system_chars=len(view.system_text),
         tool_text_overlap=_overlap(text, tools.described) if view.tools else 0.0,
+        indented_line_share=_indented_line_share(text),
+        starts_with_code=bool(_CODE_START.match(text[:CODE_LINE_CAP])),
+        casual_word_share=casual_word_share(text),
     )
-
-
-def tool_text_overlap(text: str, tools: Sequence[Mapping[str, Any]]) -> float:
-    """Share of the ask's words that the tools' names or descriptions also contain (bounded)."""
-    if not tools:
-        return 0.0
-    return _overlap(text, tool_facts(tools).described)
 
 
 def _overlap(text: str, described: frozenset[str]) -> float:
@@ -220,6 +245,21 @@ def _tool_text(tool: Mapping[str, Any]) -> str:
     return f"{name if isinstance(name, str) else ''} {description if isinstance(description, str) else ''}"
 
 
+def casual_word_share(text: str) -> float:
+    """Share of the ask's words (Latin words, Han characters) that mark casual talk (bounded)."""
+    sample = text[:OVERLAP_TEXT_CAP].lower()
+    words = _CASUAL_TOKEN.findall(sample)
+    if not words:
+        return 0.0
+    casual = sum(1 for w in words if w in _CASUAL_WORDS)
+    return round(casual / len(words), 4)
+
+
+def strip_fences(text: str) -> str:
+    """The text outside fenced code blocks: pasted code does not decide the language."""
+    return "".join(text.split("```")[0::2]) if "```" in text else text
+
+
 def cjk_share(text: str) -> float:
     """Share of CJK characters among the non-space characters of `text` (a bounded sample)."""
     sample = text[:TEXT_SAMPLE_CAP]
@@ -246,6 +286,13 @@ def _code_line_share(text: str) -> float:
         return 0.0
     code = sum(1 for line in lines if _CODE_LINE.search(line[:CODE_LINE_CAP]))
     return round(code / len(lines), 4)
+
+
+def _indented_line_share(text: str) -> float:
+    lines = [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
+    if not lines:
+        return 0.0
+    return round(sum(1 for line in lines if line[:1] in (" ", "\t")) / len(lines), 4)
 
 
 def _tokens_per_char(text: str, count_tokens: TokenCounter | None) -> float:

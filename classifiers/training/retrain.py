@@ -105,16 +105,30 @@ def _summary(evaluation: dict[str, Any]) -> dict[str, Any]:
                                for name, v in evaluation["slices"].items()}
     loso = evaluation.get("leave_one_source_out")
     if loso:
-        summary["leave_one_source_out"] = {k: v["macro_f1"] for k, v in loso.items()}
+        sources = ev.sources_of(loso)
+        summary["leave_one_source_out"] = {k: v["macro_f1_supported"]
+                                           for k, v in sources.items()}
+        summary["leave_one_source_out_all_classes"] = {k: v["macro_f1"]
+                                                       for k, v in sources.items()}
+        summary["leave_one_source_out_summary"] = {
+            "min": loso["summary"]["min"], "mean": loso["summary"]["mean"],
+            "zh_macro_f1": loso["summary"]["zh"]["macro_f1"]}
     return summary
 
 
 def summary_lines(evaluation: dict[str, Any]) -> list[str]:
+    """Leave-one-source-out first (the headline), then the held-out slices."""
     lines = []
+    loso = evaluation.get("leave_one_source_out") or {}
+    if loso:
+        s = loso["summary"]
+        lines.append(f"leave-one-source-out: lowest macro-F1 (n>={ev.MIN_SUPPORT}) "
+                     f"{s['min']:.3f}, mean {s['mean']:.3f}; Chinese (pooled) macro-F1 "
+                     f"{s['zh']['macro_f1']:.3f} n={s['zh']['n']}")
+    for source, v in ev.sources_of(loso).items():
+        lines.append(f"leave out {source:22} n={v['n']:5d} accuracy={v['accuracy']:.3f} "
+                     f"macro-F1={v['macro_f1_supported']:.3f} (all classes {v['macro_f1']:.3f})")
     for name, v in evaluation["slices"].items():
         lines.append(f"{name:18} n={v['n']:5d} accuracy={v['accuracy']:.3f} "
-                     f"macro-F1={v['macro_f1']:.3f}")
-    for source, v in (evaluation.get("leave_one_source_out") or {}).items():
-        lines.append(f"leave out {source:22} n={v['n']:5d} accuracy={v['accuracy']:.3f} "
                      f"macro-F1={v['macro_f1']:.3f}")
     return lines

@@ -39,6 +39,17 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
         (_user("```python\nprint(1)\n```"), "code_fences", 1),
         (_user("```python\nprint(1)"), "code_fences", 1),
         (_user("你好"), "cjk_share", 1.0),
+        (_user("修复：```python\nprint('a long english line')\n```"), "cjk_share", 1.0),
+        (_user("from typing import List\n\ndef f(x: List[int]) -> int:\n    \"\"\"Sum.\"\"\""),
+         "starts_with_code", True),
+        (_user("@app.get('/items')\ndef items(): ..."), "starts_with_code", True),
+        (_user("Let me know what you think of x = 3?"), "starts_with_code", False),
+        (_user("@maria see you at noon"), "starts_with_code", False),
+        (_user("def f(x):\n    return x\n"), "indented_line_share", 0.5),
+        (_user("hi", tools=TOOLS), "agent_structure", False),
+        ({"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "{}"},
+                       {"role": "user", "content": "y"}], "tools": TOOLS},
+         "agent_structure", True),
         (_user("hi", response_format={"type": "json_object"}), "json_mode", True),
         (_user("hi", temperature=0), "greedy", True),
         (_user("hi"), "temperature", -1.0),
@@ -84,7 +95,8 @@ def test_vector_order_and_schema() -> None:
     features = extract(view_request("chat", _user("hi")))
     assert len(features.vector()) == len(FEATURE_NAMES)
     assert list(features.as_dict()) == list(FEATURE_NAMES)
-    assert FEATURE_SCHEMA_VERSION == 3
+    assert FEATURE_SCHEMA_VERSION == 4
+    assert FEATURE_NAMES[-1] == "agent_structure"  # derived: the model reads it too
 
 
 FLIGHTS = [{"type": "function", "function": {

@@ -6,7 +6,7 @@ import pytest
 
 from classifiers import rules
 from classifiers.features import extract
-from classifiers.language import CJK_SHARE_MIN, guess_lang
+from classifiers.language import CJK_SHARE_MIN, guess_lang, lang_of_text
 from classifiers.model import DEFAULT_ARTIFACT, load_artifact
 from classifiers.request_view import view_request
 
@@ -29,6 +29,13 @@ def test_every_scorer_uses_the_one_rule(text: str, lang: str) -> None:
     assert guess_lang(view, features) == lang
     assert rules.score(view, features).lang == lang
     assert load_artifact(DEFAULT_ARTIFACT).score(view, features).lang == lang
+    assert lang_of_text(text) == lang  # the corpus labels rows by the same rule
+
+
+def test_pasted_code_does_not_decide_the_language() -> None:
+    text = "这段代码报错了，帮我看看：\n```python\nprint('a long line of english words here')\n```"
+    view = view_request("chat", {"messages": [{"role": "user", "content": text}]})
+    assert guess_lang(view, extract(view)) == "zh" == lang_of_text(text)
 
 
 def test_a_request_mostly_in_latin_script_is_english_below_the_share() -> None:

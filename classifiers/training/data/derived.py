@@ -133,6 +133,26 @@ def zh_code(rows: Sequence[Row], limit: int) -> list[Row]:
     return out
 
 
+def bare_stubs(rows: Sequence[Row], limit: int) -> list[Row]:
+    """Real code tasks asked the way editors and completion clients ask: no instruction and no
+    fence, the starter code with the task as its docstring (HumanEval's shape, from other
+    sources' tasks). Rows without a fenced starter block are skipped."""
+    out = []
+    for row in pick(rows, limit, "bare_stubs"):
+        text = str(_messages(row)[-1]["content"])
+        parts = text.split("```")
+        if len(parts) < 3 or "def " not in parts[-2]:
+            continue
+        task = parts[0].strip()
+        starter = parts[-2].split("\n", 1)[1] if "\n" in parts[-2] else parts[-2]
+        head, _, signature = starter.rpartition("\ndef ")
+        signature = "def " + signature.split("\n", 1)[0]
+        doc = "\n".join("    " + line if line.strip() else "" for line in task.splitlines())
+        body = f"{head.rstrip()}\n\n\n{signature}\n    \"\"\"\n{doc}\n    \"\"\"\n"
+        out.append(_derive(row, "bare", "code", {"model": "any", "messages": [user(body)]}))
+    return out
+
+
 GENERIC_SYSTEM: Final = {
     "en": (
         "You are a helpful assistant.", "You are a helpful, respectful and honest assistant.",
@@ -162,7 +182,8 @@ def with_generic_system(rows: Sequence[Row], per_class: int) -> list[Row]:
 
 
 def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) -> list[Row]:
-    """Casual turns that happen to carry tools stay `chat`."""
+    """Casual turns (or questions) that happen to carry tools keep their class: tools attached
+    to a first turn do not make it agent, a tool that does what it asks does."""
     with_tools = [r for r in tool_rows if r.request.get("tools")]
     if not with_tools:
         return []

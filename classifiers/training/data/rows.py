@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from classifiers.language import lang_of_text
 from classifiers.scores import CLASSES
 
 PROVENANCES: Final = ("real", "derived", "synthetic")
@@ -80,21 +81,8 @@ def alternate(turns: Sequence[str]) -> list[dict[str, str]]:
 
 
 def lang_of(text: str) -> str:
-    """The language a request is phrased in: zh/ja/ko by script, else en (code ignored)."""
-    prose = _strip_code(text)[:2000]
-    letters = sum(1 for ch in prose if ch.isalpha())
-    if letters == 0:
-        return "en"
-    han = sum(1 for ch in prose if 0x4E00 <= ord(ch) <= 0x9FFF or 0x3400 <= ord(ch) <= 0x4DBF)
-    kana = sum(1 for ch in prose if 0x3040 <= ord(ch) <= 0x30FF)
-    hangul = sum(1 for ch in prose if 0xAC00 <= ord(ch) <= 0xD7AF)
-    if hangul / letters >= 0.2:
-        return "ko"
-    if kana / letters >= 0.1:
-        return "ja"
-    if han / letters >= 0.15:
-        return "zh"
-    return "en"
+    """The language a request is phrased in: the router's one rule (`classifiers.language`)."""
+    return lang_of_text(text)
 
 
 def stable_hash(*parts: str) -> str:
@@ -107,8 +95,3 @@ def pick(items: Sequence[Any], n: int, seed: str) -> list[Any]:
         return list(items)
     ranked = sorted(range(len(items)), key=lambda i: stable_hash(seed, str(i)))[:n]
     return [items[i] for i in sorted(ranked)]
-
-
-def _strip_code(text: str) -> str:
-    parts = text.split("```")
-    return "".join(parts[0::2])

@@ -245,3 +245,16 @@ def evals_zh(path: Path, per_set: int = 40) -> list[Row]:
 def _instruction_lang(messages: list[dict[str, Any]]) -> str:
     """The language of the instructions: the system prompt where there is one, else the user's."""
     return lang_of(str(messages[0].get("content", ""))) if messages else "en"
+
+
+def identity(path: Path) -> list[Row]:
+    """llamafactory's identity set: questions to the assistant about itself, in English and
+    Chinese ("who are you?", "你是谁开发的？"): `chat` by the labelling guide."""
+    member = "llamafactory-0.9.5/data/identity.json"
+    rows = []
+    for i, item in enumerate(json.loads(read_member(path, member))):
+        text = str(item["instruction"]).strip()
+        if text:
+            rows.append(_row(f"identity/{i}", "llamafactory", bucket("identity", text), "chat",
+                             chat([user(text)]), text))
+    return rows

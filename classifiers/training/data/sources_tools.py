@@ -101,6 +101,56 @@ def bfcl(path: Path) -> tuple[list[Row], dict[str, list[list[ToolCall]]]]:
     return rows, answers
 
 
+def bfcl_multi_turn(path: Path, per_set: int = 60) -> list[Row]:
+    """The later turns of BFCL's multi-turn conversations, each after the earlier turns were
+    carried out: the user turns are real, the assistant calls are BFCL's ground truth and the
+    tool results ours (so the rows are `derived`). A turn whose ground truth makes calls is
+    `agent`; one that makes none (the function is missing) is left out, as its reply is open."""
+    docs = _multi_turn_docs(path)
+    rows: list[Row] = []
+    for name in _MULTI_TURN_SETS:
+        answers = {a["id"]: a["ground_truth"] for a in _jsonl(
+            path, f"bfcl_eval/data/possible_answer/BFCL_v4_{name}.json")}
+        items = [i for i in _jsonl(path, f"bfcl_eval/data/BFCL_v4_{name}.json")
+                 if i["id"] in answers]
+        for item in pick(items, per_set, f"multi_turn/{name}"):
+            classes = item.get("involved_classes") or []
+            if any(c not in _MULTI_TURN_DOCS for c in classes):
+                continue
+            tools = openai_tools([f for c in classes for f in docs[_MULTI_TURN_DOCS[c]]])
+            turns = _calls(answers[item["id"]], multi=True)
+            rows += _later_turns(name, item, tools, turns)
+    return rows
+
+
+def _later_turns(name: str, item: dict[str, Any], tools: list[dict[str, Any]],
+                 turns: list[list[ToolCall]]) -> list[Row]:
+    rows: list[Row] = []
+    messages: list[dict[str, Any]] = []
+    for k, asked in enumerate(item.get("question") or []):
+        if k >= len(turns):
+            break
+        if not asked:  # a turn that only adds a missing function: nothing asked
+            continue
+        messages += [{"role": m["role"], "content": m["content"]} for m in asked]
+        text = str(messages[-1]["content"])
+        if k > 0 and turns[k]:
+            rows.append(Row(id=f"bfcl/{item['id']}/turn{k}", source="bfcl-eval",
+                            family=f"bfcl/{name}", provenance="derived", label="agent",
+                            lang=lang_of(text), request=chat([dict(m) for m in messages],
+                                                             tools=tools)))
+        tag = f"{k}"
+        calls = [{"id": f"call_{tag}_{i}", "type": "function",
+                  "function": {"name": fname, "arguments": json.dumps(args, default=str)}}
+                 for i, (fname, args) in enumerate(turns[k])]
+        if calls:
+            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            messages += [{"role": "tool", "tool_call_id": call["id"],
+                          "content": json.dumps({"status": "success"})} for call in calls]
+        messages.append({"role": "assistant", "content": "Done."})
+    return rows
+
+
 def _bfcl_row(name: str, item: dict[str, Any], docs: dict[str, list[dict[str, Any]]]
               ) -> Row | None:
     if name in _MULTI_TURN_SETS:
@@ -124,7 +174,8 @@ def _bfcl_row(name: str, item: dict[str, Any], docs: dict[str, list[dict[str, An
 
 
 _ACTION_ASK: Final = re.compile(
-    r"^\s*(please |can you |could you |i want to |i need to |i'd like to )?(find|get|book|buy|"
+    r"^\s*(that's great[.!]? |thanks[.!]? |(also|and) |please |can you |could you |(also )?help me |"
+    r"i want to |i need to |i'd like to |you |also )*(find|get|book|buy|"
     r"order|search|show|list|send|create|add|check|open|play|set|turn|schedule|cancel|delete|"
     r"remove|update|call|fetch|retrieve|look up|reserve|transfer|pay|start|stop)\b",
     re.IGNORECASE,
@@ -168,7 +219,14 @@ def _parse_call(source: str) -> ToolCall | None:
 
 def glaive_zh(path: Path) -> list[Row]:
     """Chinese tool-use conversations: a row at each human turn and after each observation."""
-    member = "llamafactory-0.9.5/data/glaive_toolcall_zh_demo.json"
+    return glaive(path, "zh")
+
+
+def glaive(path: Path, language: str) -> list[Row]:
+    """Glaive tool-use conversations (llamafactory's `zh` or `en` demo): a row at each human
+    turn (labelled by what follows it) and after each observation (agent)."""
+    member = f"llamafactory-0.9.5/data/glaive_toolcall_{language}_demo.json"
+    name = f"glaive_{language}"
     rows = []
     for c, convo in enumerate(json.loads(read_member(path, member))):
         tools = [{"type": "function", "function": {**f, "name": tool_name(f["name"])}}
@@ -183,7 +241,7 @@ def glaive_zh(path: Path) -> list[Row]:
                 reply = turns[t + 1]["value"] if nxt == "gpt" else ""
                 label = "agent" if tools and leads_to_call(turns, t) else \
                     label_by_reply(value, reply)
-                rows.append(_glaive_row(c, t, label, messages, tools, value))
+                rows.append(_glaive_row(name, c, t, label, messages, tools, value))
             elif role == "function_call":
                 call = json.loads(value)
                 messages.append({"role": "assistant", "content": None, "tool_calls": [
@@ -194,7 +252,8 @@ def glaive_zh(path: Path) -> list[Row]:
             elif role == "observation":
                 messages.append({"role": "tool", "tool_call_id": f"call_{c}_{t - 1}",
                                  "content": value})
-                rows.append(_glaive_row(c, t, "agent", messages, tools, _last_user(messages)))
+                rows.append(_glaive_row(name, c, t, "agent", messages, tools,
+                                        _last_user(messages)))
             else:
                 messages.append({"role": "assistant", "content": value})
     return rows
@@ -246,15 +305,15 @@ def label_by_reply(request: str, reply: str) -> str:
         return asked
     if _EXPLAIN_ZH.search(request):
         return "technical"
-    if _ACTION_ZH.search(request) and len(reply) < 150:
+    if (_ACTION_ZH.search(request) or _ACTION_ASK.search(request)) and len(reply) < 150:
         return "chat"
     return "chat" if len(reply) < 60 else "technical"
 
 
-def _glaive_row(c: int, t: int, label: str, messages: list[dict[str, Any]],
+def _glaive_row(name: str, c: int, t: int, label: str, messages: list[dict[str, Any]],
                 tools: list[dict[str, Any]], text: str) -> Row:
     body = chat([dict(m) for m in messages], tools=tools) if tools else chat(list(messages))
-    return Row(id=f"glaive_zh/{c}/{t}", source="llamafactory", family=f"glaive_zh/b{c % 5}",
+    return Row(id=f"{name}/{c}/{t}", source="llamafactory", family=f"{name}/b{c % 5}",
                provenance="real", label=label, lang=lang_of(text), request=body)
 
 

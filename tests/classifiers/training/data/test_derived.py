@@ -28,3 +28,15 @@ def test_generic_system_prompts_go_before_real_requests_of_every_class() -> None
         assert first["content"] in derived.GENERIC_SYSTEM["zh" if source.lang == "zh" else "en"]
         assert (row.family, row.lang, row.provenance) == (source.family, source.lang, "derived")
     assert not {"src/100#sys", "src/101#sys"} & {r.id for r in out}  # has one / not real
+
+
+def test_bare_stubs_turn_a_fenced_task_into_an_unfenced_docstring_stub() -> None:
+    task = ("Counts the words of a text.\n\nThe function should output with:\n    int: the count"
+            "\n\n```python\nimport re\n\ndef task_func(text: str) -> int:\n```")
+    rows = [_row(0, "code", messages=[user(task)]), _row(1, "code", messages=[user("no code")])]
+    out = derived.bare_stubs(rows, limit=5)
+    assert [r.id for r in out] == ["src/0#bare"]
+    text = out[0].request["messages"][0]["content"]
+    assert "```" not in text and text.startswith("import re\n")
+    assert 'def task_func(text: str) -> int:\n    """\n    Counts the words of a text.' in text
+    assert (out[0].label, out[0].provenance, out[0].family) == ("code", "derived", "src/b0")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from classifiers.training.data import sources_tools as st
 from classifiers.training.data.sources_tools import (
     _parse_call,
     leads_to_call,
@@ -77,3 +78,17 @@ OBS = ("observation", '{"ok": true}')
 )
 def test_a_turn_leads_to_a_call(turns: list[dict[str, str]], expected: bool) -> None:
     assert leads_to_call(turns, 0) is expected
+
+
+def test_later_multi_turn_turns_carry_the_earlier_calls_and_results() -> None:
+    item = {"id": "multi_turn_base_7", "question": [
+        [{"role": "user", "content": "Go to the docs folder."}], [],
+        [{"role": "user", "content": "Now list what is there."}],
+        [{"role": "user", "content": "Thanks, that is all."}]]}
+    turns = [[("cd", {"folder": "docs"})], [], [("ls", {})], []]
+    rows = st._later_turns("multi_turn_base", item, [{"type": "function"}], turns)
+    assert [r.id for r in rows] == ["bfcl/multi_turn_base_7/turn2"]  # turn 3 calls nothing
+    messages = rows[0].request["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "cd"
+    assert (rows[0].label, rows[0].provenance) == ("agent", "derived")
