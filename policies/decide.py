@@ -203,7 +203,8 @@ def candidate(
         median, drawn = t_plain / speedup.sample(0.0), t_plain / speedup.sample(z)
     else:
         median = drawn = t_plain
-    return Candidate(b.name, b.profile, queued_ms(b.queue), prefill, median, drawn)
+    return Candidate(b.name, b.profile, queued_ms(b.queue), prefill, median, drawn,
+                     waiting=len(b.queue))
 
 
 def failover_order(decision: Decision, backends: Sequence[BackendState]) -> list[str]:

@@ -63,10 +63,11 @@ def describe_policy(policy: Policy) -> list[str]:
         f"  classifier failure -> {policy.fallback}",
         ("Then the healthy instance (of the pinned profile or pool, if any) with the soonest"
         " predicted finish: queued work + prefill of the uncached prompt + expected tokens x"
-        " per-token time."),
+        " per-token time, plus that service time once for each request the instance holds"
+        " (as many are expected to queue behind it)."),
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
-            f" at most {e.max_regret:.1%} of the request's best predicted finish."
+            f" at most {e.max_regret:.1%} of the best choice's cost."
         ),
     ]
     if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables

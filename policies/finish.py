@@ -9,9 +9,20 @@ For each candidate instance, the predicted finish is
     (plain: the machine's plain step; mtp: that step over the request's predicted speedup).
 The speedup is drawn from its posterior (Thompson sampling, one standard normal draw `z`),
 and a draw that would pick another instance than the posterior mean is followed only when the
-expected regret of doing so (the mean finish there over the best mean finish, less one) is at
+expected regret of doing so (the mean cost there over the best mean cost, less one) is at
 most `max_regret`: exploration costs at most that share of a request's time, and only where the
 evidence leaves the choice open.
+
+The cost of a choice is not only this request's finish: every request that will queue behind
+it on that instance waits its service time there too. In a FIFO queue that serves one request
+at a time, the requests a request leaves behind when it departs are exactly those that waited
+behind it, and in steady state their number is distributed as the number it found on arrival
+(arrivals see time averages; departures leave what arrivals find). So the rule minimises
+    predicted finish + requests on the instance now x this request's service time there,
+the current count standing for the expected number that will wait behind it. When the
+instance is idle (always, at one client) this is the soonest finish; under load it weighs a
+slower service more, which a greedy finish-time rule ignores (the load is counted in requests:
+no clock, no machine constant).
 """
 
 from __future__ import annotations
@@ -56,14 +67,20 @@ class Candidate:
     prefill_ms: float
     ms_per_token: float  # at the posterior median of the speedup
     sampled_ms_per_token: float  # at the Thompson draw
+    waiting: int = 0  # requests on the instance now (the expected number to queue behind it)
 
     def finish_ms(self, tokens: float, sampled: bool = False) -> float:
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
         return self.queue_ms + self.prefill_ms + tokens * per_token
 
-    def service_ms(self, tokens: float) -> float:
+    def service_ms(self, tokens: float, sampled: bool = False) -> float:
         """This request's own time on the instance, once it starts."""
-        return self.prefill_ms + tokens * self.ms_per_token
+        per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
+        return self.prefill_ms + tokens * per_token
+
+    def cost_ms(self, tokens: float, sampled: bool = False) -> float:
+        """Its finish plus the delay its service imposes on those expected to queue behind it."""
+        return self.finish_ms(tokens, sampled) + self.waiting * self.service_ms(tokens, sampled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +93,19 @@ class Choice:
 def soonest(
     candidates: Sequence[Candidate], tokens: float, *, max_regret: float
 ) -> Choice | None:
-    """The candidate with the soonest predicted finish (Thompson draw, regret-bounded)."""
+    """The candidate with the least predicted cost: its finish, plus the delay it imposes on the
+    requests expected to queue behind it (Thompson draw, regret-bounded)."""
     if not candidates:
         return None
-    mean = {c.name: c.finish_ms(tokens) for c in candidates}
+    cost = {c.name: c.cost_ms(tokens) for c in candidates}
     # ties go to a plain instance (a draft costs power for nothing), then by name
-    best = min(candidates, key=lambda c: (mean[c.name], c.profile != "plain", c.name))
-    drawn = min(candidates, key=lambda c: (c.finish_ms(tokens, sampled=True),
+    best = min(candidates, key=lambda c: (cost[c.name], c.profile != "plain", c.name))
+    drawn = min(candidates, key=lambda c: (c.cost_ms(tokens, sampled=True),
                                            c.profile != "plain", c.name))
-    if drawn.name != best.name and _regret(mean[drawn.name], mean[best.name]) <= max_regret:
-        return Choice(drawn, True, mean)
-    return Choice(best, False, mean)
+    finish = {c.name: c.finish_ms(tokens) for c in candidates}
+    if drawn.name != best.name and _regret(cost[drawn.name], cost[best.name]) <= max_regret:
+        return Choice(drawn, True, finish)
+    return Choice(best, False, finish)
 
 
 def _regret(chosen_ms: float, best_ms: float) -> float:

@@ -92,12 +92,22 @@ def test_a_request_never_waits_on_a_busy_instance_while_a_slower_idle_one_is_soo
 
 
 def test_an_instance_about_to_free_up_wins_when_its_pace_makes_up_the_wait() -> None:
-    # 64 tokens of agent work: mtp saves ~64 * 68 * (1 - 1/1.094) ~ 370 ms over plain
+    # 64 tokens of agent work: mtp saves ~64 * 68 * (1 - 1/1.094) ~ 370 ms over plain; both
+    # instances hold one request, so the same number is expected to queue behind this one
+    backends = (_busy("mtp-0", "mtp", 300.0), _busy("plain-0", "plain", 10.0))
+    d = decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10)
+    assert d.backend == "mtp-0" and d.queue_ms == pytest.approx(300.0)
+    backends = (_busy("mtp-0", "mtp", 1000.0), _busy("plain-0", "plain", 10.0))
+    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "plain-0"
+
+
+def test_a_busy_instance_counts_the_requests_expected_to_wait_behind_this_one() -> None:
+    # mtp would finish this request ~320 ms sooner, but one request is expected to queue behind
+    # it there (as many as it finds), and that one would wait its whole service
     backends = (_busy("mtp-0", "mtp", 50.0), BackendState("plain-0", "plain"))
     d = decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10)
-    assert d.backend == "mtp-0" and d.queue_ms == pytest.approx(50.0)
-    backends = (_busy("mtp-0", "mtp", 1000.0), BackendState("plain-0", "plain"))
-    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "plain-0"
+    assert d.finish_ms["mtp-0"] < d.finish_ms["plain-0"] - 300.0
+    assert d.backend == "plain-0"
 
 
 def test_pools_of_any_size() -> None:
