@@ -328,12 +328,15 @@ class Supervisor:
             return  # dead, restarting or still loading: the watcher owns its health
         spec = self._specs[name]
         self._last_probe[name] = time.monotonic()
+        probed = managed.process if managed is not None else None
         why, down = await probe_once(
             self._session, spec.base_url + self._adapters[spec.engine].ready_path,
             self._probe_timeout,
         )
         if self._stopping:
             return
+        if managed is not None and (managed.process is not probed or not managed.ready):
+            return  # it died or was restarted meanwhile: the answer is about another process
         if not why:
             self._failures[name] = 0
             self._set_health(name, True, "probe ok")
