@@ -90,7 +90,8 @@ class TrainedScorer:
         numeric = (numeric_row(features.vector()) - self.num_mean) / self.num_scale
         logits = self.bias + numeric @ self.w_num
         if idx.size:
-            logits = logits + weights @ self.w_text[idx]
+            # np.take gathers the same rows as `w_text[idx]`, ~3x faster than fancy indexing
+            logits = logits + weights @ np.take(self.w_text, idx, axis=0)
         exp = np.exp(logits - logits.max())
         probs: FloatArray = (exp / exp.sum()).astype(np.float32)
         return probs
