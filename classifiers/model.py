@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,7 +21,7 @@ from classifiers import artifact
 from classifiers.artifact import ArtifactError
 from classifiers.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, Features
 from classifiers.language import guess_lang
-from classifiers.ngrams import HashSettings, hashed
+from classifiers.ngrams import FieldMemo, HashSettings, hashed
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
 
@@ -74,6 +74,8 @@ class TrainedScorer:
     num_mean: FloatArray
     num_scale: FloatArray
     class_value: FloatArray
+    # n-grams of recently seen field texts (system prompt, tool names, user turn): same result
+    memo: FieldMemo = field(default_factory=FieldMemo, compare=False, repr=False)
 
     def score(self, view: RequestView, features: Features) -> Scores:
         probs = self.probabilities(view, features)
@@ -86,11 +88,12 @@ class TrainedScorer:
                       artifact=self.name)
 
     def probabilities(self, view: RequestView, features: Features) -> FloatArray:
-        idx, weights = hashed(view, self.settings)
+        idx, weights = hashed(view, self.settings, self.memo)
         numeric = (numeric_row(features.vector()) - self.num_mean) / self.num_scale
         logits = self.bias + numeric @ self.w_num
         if idx.size:
-            logits = logits + weights @ self.w_text[idx]
+            # np.take gathers the same rows as `w_text[idx]`, ~3x faster than fancy indexing
+            logits = logits + weights @ np.take(self.w_text, idx, axis=0)
         exp = np.exp(logits - logits.max())
         probs: FloatArray = (exp / exp.sum()).astype(np.float32)
         return probs

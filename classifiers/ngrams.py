@@ -10,6 +10,7 @@ start of the system prompt and the tool names; never the whole body.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,21 +69,56 @@ def fields(view: RequestView, settings: HashSettings) -> tuple[str, str, str, st
             view.system_text[: settings.system_head], tools)
 
 
-def hashed(view: RequestView, settings: HashSettings) -> tuple[IntArray, FloatArray]:
-    """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field))."""
+def hashed(
+    view: RequestView, settings: HashSettings, memo: FieldMemo | None = None
+) -> tuple[IntArray, FloatArray]:
+    """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field)).
+    `memo` (optional) remembers the fields of recent requests; the result is the same."""
     indices: list[IntArray] = []
     weights: list[FloatArray] = []
     # The user's words go to other buckets when the request carries tools: "what's the weather"
     # asks for an answer without tools and for a call with them (a linear model needs this).
     seeds = (_TOOLS_USER_SEED if view.tools else 1, 2, 3, 4)
     for seed, text in zip(seeds, fields(view, settings)):
-        idx = field_indices(text, seed, settings)
+        idx, weight = memo.field(seed, text, settings) if memo is not None else _field(seed, text, settings)
         if idx.size:
             indices.append(idx)
-            weights.append(np.full(idx.size, 1.0 / np.sqrt(idx.size), dtype=np.float32))
+            weights.append(weight)
     if not indices:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     return np.concatenate(indices), np.concatenate(weights)
+
+
+def _field(seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+    idx = field_indices(text, seed, settings)
+    return idx, np.full(idx.size, 1.0 / np.sqrt(idx.size) if idx.size else 0.0, dtype=np.float32)
+
+
+class FieldMemo:
+    """The indices and weights of the last few field texts, owned by the caller (a scorer keeps
+    one; no global). An agent loop resends the same system prompt, tool names and last user
+    turn with every tool result: only the context's tail is new. Bounded: `size` texts of at
+    most a few thousand characters each (~50 KB of arrays per entry at most)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[int, str, HashSettings], tuple[IntArray, FloatArray]] = (
+            OrderedDict()
+        )
+
+    def field(self, seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+        key = (seed, text, settings)
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            return found
+        idx, weight = _field(seed, text, settings)
+        idx.setflags(write=False)  # shared by every request with this text
+        weight.setflags(write=False)
+        self._entries[key] = (idx, weight)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return idx, weight
 
 
 def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:

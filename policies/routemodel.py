@@ -26,6 +26,7 @@ from policies.speedup import (
     Evidence,
     Posterior,
     Prediction,
+    PriorTerms,
     ScalarEvidence,
     Vector,
     normal_posterior,
@@ -149,14 +150,18 @@ def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
 class RouteModel:
     """Predictions for one request on each kind of instance: a prior and evidence combined."""
 
-    def __init__(self, prior: MachinePrior, evidence: RouteEvidence) -> None:
+    def __init__(
+        self, prior: MachinePrior, evidence: RouteEvidence, terms: PriorTerms | None = None
+    ) -> None:
+        """`terms`: `PriorTerms.of(prior)`, when the caller keeps it (it rebuilds the model
+        with every record)."""
         self.prior, self.evidence = prior, evidence
         self.t_plain_ms, self.t_plain_sd = self._t_plain()
         # Fold log(t_plain) into the stored -log(mtp ms/token): xty += log t * sum(x).
         greedy = evidence.greedy
         shift = math.log(self.t_plain_ms)
         folded = Evidence(greedy.xtx, greedy.xty + shift * greedy.xtx[:, 0], greedy.yy, greedy.n)
-        self.posterior = Posterior(prior, folded)
+        self.posterior = Posterior(prior, folded, terms)
         sampled = evidence.sampled
         shifted = ScalarEvidence(sampled.n, sampled.total + shift * sampled.n, sampled.squares)
         self._sampled = normal_posterior(

@@ -160,15 +160,32 @@ class Prediction:
         return math.exp(self.mean)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class PriorTerms:
+    """What a posterior takes from the prior alone: its precision and precision-weighted mean,
+    and the noise variance. Computed once per prior, reused for every update of the evidence."""
+
+    precision: Vector  # (d, d), diagonal
+    weighted_mean: Vector  # (d,)
+    noise: float
+
+    @classmethod
+    def of(cls, prior: MachinePrior) -> PriorTerms:
+        mean0, var0 = prior_weights(prior)
+        return cls(np.diag(1.0 / var0), mean0 / var0, prior.noise_sd**2)
+
+
 class Posterior:
     """The weights' posterior under a prior and evidence (noise sd from the prior)."""
 
-    def __init__(self, prior: MachinePrior, evidence: Evidence) -> None:
-        mean0, var0 = prior_weights(prior)
-        noise = prior.noise_sd**2
-        precision = np.diag(1.0 / var0) + evidence.xtx / noise
+    def __init__(
+        self, prior: MachinePrior, evidence: Evidence, terms: PriorTerms | None = None
+    ) -> None:
+        terms = terms if terms is not None else PriorTerms.of(prior)
+        noise = terms.noise
+        precision = terms.precision + evidence.xtx / noise
         self.cov: Vector = np.asarray(np.linalg.inv(precision), dtype=np.float64)
-        self.mean: Vector = self.cov @ (mean0 / var0 + evidence.xty / noise)
+        self.mean: Vector = self.cov @ (terms.weighted_mean + evidence.xty / noise)
         self.n = evidence.n
 
     def predict(self, x: Vector) -> Prediction:

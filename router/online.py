@@ -18,7 +18,7 @@ from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies.observation import Observation, observation_from_record
 from policies.routemodel import RouteEvidence, RouteModel, observe
-from policies.speedup import INPUTS, class_inputs
+from policies.speedup import INPUTS, PriorTerms, class_inputs
 from policies.store import PolicyStore, Snapshot
 
 # Records kept for re-applying after a reload (a learner that runs every few minutes sees far
@@ -37,6 +37,7 @@ class OnlineModel:
         self._snapshot: Snapshot | None = None
         self._recent = RouteEvidence()
         self._model: RouteModel | None = None
+        self._terms: tuple[object, PriorTerms] | None = None  # (prior, its terms)
 
     @property
     def model(self) -> RouteModel:
@@ -80,7 +81,11 @@ class OnlineModel:
         self._model = self._build(snapshot)
 
     def _build(self, snapshot: Snapshot) -> RouteModel:
-        return RouteModel(snapshot.prior, snapshot.learned.evidence.merged(self._recent))
+        # The prior's terms are the same for every record until the prior itself changes.
+        if self._terms is None or self._terms[0] is not snapshot.prior:
+            self._terms = (snapshot.prior, PriorTerms.of(snapshot.prior))
+        evidence = snapshot.learned.evidence.merged(self._recent)
+        return RouteModel(snapshot.prior, evidence, self._terms[1])
 
 
 def model_status(model: RouteModel) -> dict[str, Any]:

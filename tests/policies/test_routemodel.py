@@ -15,7 +15,7 @@ from policies.machine import GB10_DS4, LOCAL_PAIR, PriorFile
 from policies.observation import Observation, request_inputs
 from policies.routemodel import RouteEvidence, RouteModel, gather, observe
 from policies.schema import Assume
-from policies.speedup import INPUTS
+from policies.speedup import INPUTS, PriorTerms
 from tests.policies import synthetic
 
 ASSUME = Assume()
@@ -118,3 +118,16 @@ def test_queued_work_is_served_one_at_a_time_oldest_first(
     inflight: tuple[InFlight, ...], expected: float
 ) -> None:
     assert queued_ms(inflight) == pytest.approx(expected)
+
+
+def test_a_model_built_with_the_priors_terms_kept_is_the_same_model() -> None:
+    rng = random.Random(3)
+    observations = [o for i in range(20) for o in _served(MISREAD_AGENT, CHAT_SCORES, 1.2, rng, i)]
+    evidence = gather(observations, ASSUME)
+    fresh = RouteModel(GB10_DS4, evidence)
+    kept = RouteModel(GB10_DS4, evidence, PriorTerms.of(GB10_DS4))
+    assert np.array_equal(fresh.posterior.cov, kept.posterior.cov)
+    assert np.array_equal(fresh.posterior.mean, kept.posterior.mean)
+    x = _x(MISREAD_AGENT, CHAT_SCORES)
+    assert fresh.speedup(x, greedy=True) == kept.speedup(x, greedy=True)
+    assert kept.posterior.n == 20
