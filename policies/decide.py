@@ -207,11 +207,17 @@ def candidate(
                      waiting=len(b.queue))
 
 
-def failover_order(decision: Decision, backends: Sequence[BackendState]) -> list[str]:
-    """Backends to try in order: the chosen one, then the rest by health, profile and load."""
+def failover_order(
+    decision: Decision,
+    backends: Sequence[BackendState],
+    near: Callable[[BackendState], bool] | None = None,
+) -> list[str]:
+    """Backends to try in order: the chosen one, then the rest, healthy first, those `near` the
+    choice next (by default: of its profile; for a named pool: its members), least loaded."""
+    near = near or (lambda b: b.profile == decision.profile)
     rest = sorted(
         (b for b in backends if b.name != decision.backend),
-        key=lambda b: (not b.healthy, b.profile != decision.profile, b.inflight, b.name),
+        key=lambda b: (not b.healthy, not near(b), b.inflight, b.name),
     )
     first = [decision.backend] if decision.backend else []
     return first + [b.name for b in rest]

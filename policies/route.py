@@ -142,13 +142,8 @@ def place_in_pool(
 
 
 def pool_order(pool: str, decision: Decision, backends: Sequence[BackendState]) -> tuple[str, ...]:
-    """The chosen instance, the pool's other members, then the rest (by health and load)."""
-    rest = sorted(
-        (b for b in backends if b.name != decision.backend),
-        key=lambda b: (pool not in b.pools, not b.healthy, b.inflight, b.name),
-    )
-    first = [decision.backend] if decision.backend else []
-    return tuple(first + [b.name for b in rest])
+    """The chosen instance, then the rest, healthy first, the pool's other members next."""
+    return tuple(failover_order(decision, backends, near=lambda b: pool in b.pools))
 
 
 def _unrewritten(decision: Decision, backends: Sequence[BackendState]) -> Routed:
