@@ -98,7 +98,8 @@ def slices(rows: Sequence[Row], test: Mask, y_true: Labels, y_pred: Labels,
 
 def leave_one_source_out(rows: Sequence[Row], train_and_predict: Callable[[Mask, Mask], Labels],
                          labels: Labels, log: Callable[[str], None]) -> dict[str, Any]:
-    """For each real source: train without any of its rows, score its real rows. The result
+    """For each real source: train without any row that holds its material (its own rows, what
+    was derived from them, and derived rows that borrowed from it), score its real rows. The result
     has one entry per source and `summary`: the minimum and mean headline macro-F1 and the
     pooled Chinese figure."""
     results: dict[str, Any] = {}
@@ -106,9 +107,8 @@ def leave_one_source_out(rows: Sequence[Row], train_and_predict: Callable[[Mask,
     real = np.array([r.provenance == "real" for r in rows])
     pooled_true, pooled_pred = [], []
     for source in sorted({r.source for r in rows if r.provenance == "real"}):
-        is_source = np.array([r.source == source for r in rows])
-        test = is_source & real
-        train = ~is_source
+        test = np.array([r.source == source for r in rows]) & real
+        train = ~np.array([r.comes_from(source) for r in rows])
         if len(np.unique(labels[train])) < 3 or not test.any():
             continue
         predicted = train_and_predict(train, test)

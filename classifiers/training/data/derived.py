@@ -189,6 +189,9 @@ def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) 
         return []
     out = []
     for n, row in enumerate(pick(chats, limit, "chat_tools")):
-        tools = with_tools[(n * 7919) % len(with_tools)].request["tools"]
-        out.append(_derive(row, "tools", row.label, {**row.request, "tools": tools}))
+        donor = with_tools[(n * 7919) % len(with_tools)]
+        derived = _derive(row, "tools", row.label, {**row.request, "tools": donor.request["tools"]})
+        if donor.source != row.source:
+            derived = replace(derived, also_from=(donor.source,))
+        out.append(derived)
     return out

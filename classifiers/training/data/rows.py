@@ -30,14 +30,22 @@ class Row:
     label: str  # one of CLASSES
     lang: str
     request: Mapping[str, Any]  # an OpenAI chat-completions body
+    # Other packages a derived row took material from (a chat turn given BFCL's tools): leaving
+    # any of them out of training must leave the row out too, or their text leaks back in.
+    also_from: tuple[str, ...] = ()
 
     def as_json(self) -> str:
-        return json.dumps(
-            {"id": self.id, "source": self.source, "family": self.family,
-             "provenance": self.provenance, "label": self.label, "lang": self.lang,
-             "request": self.request},
-            ensure_ascii=False, sort_keys=True, separators=(",", ":"),
-        )
+        data: dict[str, Any] = {
+            "id": self.id, "source": self.source, "family": self.family,
+            "provenance": self.provenance, "label": self.label, "lang": self.lang,
+            "request": self.request}
+        if self.also_from:
+            data["also_from"] = list(self.also_from)
+        return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+    def comes_from(self, source: str) -> bool:
+        """Whether any of the row's material is from `source`."""
+        return self.source == source or source in self.also_from
 
 
 def from_json(line: str) -> Row:
@@ -45,7 +53,8 @@ def from_json(line: str) -> Row:
         data = json.loads(line)
         row = Row(id=str(data["id"]), source=str(data["source"]), family=str(data["family"]),
                   provenance=str(data["provenance"]), label=str(data["label"]),
-                  lang=str(data["lang"]), request=data["request"])
+                  lang=str(data["lang"]), request=data["request"],
+                  also_from=tuple(str(s) for s in data.get("also_from", ())))
     except (ValueError, KeyError, TypeError) as exc:
         raise CorpusError(f"not a corpus row: {exc}") from exc
     if row.label not in CLASSES:

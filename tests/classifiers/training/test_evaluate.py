@@ -47,3 +47,25 @@ def test_leave_one_source_out_trains_without_the_source_and_pools_chinese() -> N
     assert summary["min"] == 0.0 and summary["mean"] == 0.25
     assert summary["zh"]["n"] == 24  # sources a and c, each scored without itself
     assert summary["zh"]["accuracy"] == 0.5
+
+
+def test_leaving_a_source_out_also_leaves_out_rows_that_borrowed_from_it() -> None:
+    rows = ([_row(i, "a", "chat", "en") for i in range(12)]
+            + [_row(i, "b", "code", "en") for i in range(12)]
+            + [_row(i, "c", "technical", "en") for i in range(12)]
+            + [_row(i, "d", "prose", "en") for i in range(12)])
+    borrowed = Row(id="a/0#tools", source="a", family="a/b0", provenance="derived", label="chat",
+                   lang="en", request=chat([user("0")]), also_from=("b",))
+    rows.append(borrowed)
+    labels = np.array([CLASSES.index(r.label) for r in rows], dtype=np.int64)
+    trained_on: dict[str, list[str]] = {}
+
+    def train_and_predict(train: ev.Mask, test: ev.Mask) -> ev.Labels:
+        left_out = rows[int(np.flatnonzero(test)[0])].source
+        trained_on[left_out] = [r.id for r, m in zip(rows, train) if m]
+        return np.full(int(test.sum()), CLASSES.index("chat"), dtype=np.int64)
+
+    ev.leave_one_source_out(rows, train_and_predict, labels, lambda _: None)
+    assert "a/0#tools" not in trained_on["b"]  # it holds b's material (its tools)
+    assert "a/0#tools" not in trained_on["a"]
+    assert "a/0#tools" in trained_on["c"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from classifiers.training.data import derived
 from classifiers.training.data.rows import Row, chat, system, user
 
@@ -40,3 +42,12 @@ def test_bare_stubs_turn_a_fenced_task_into_an_unfenced_docstring_stub() -> None
     assert "```" not in text and text.startswith("import re\n")
     assert 'def task_func(text: str) -> int:\n    """\n    Counts the words of a text.' in text
     assert (out[0].label, out[0].provenance, out[0].family) == ("code", "derived", "src/b0")
+
+
+def test_tools_given_to_a_chat_turn_record_the_package_they_came_from() -> None:
+    chats = [_row(i, "chat") for i in range(4)]
+    donor = replace(_row(9, "agent"), source="toolpkg", request=chat(
+        [user("book it")], tools=[{"type": "function", "function": {"name": "book"}}]))
+    out = derived.chat_with_tools(chats, [donor], limit=4)
+    assert len(out) == 4 and all(r.label == "chat" and r.request["tools"] for r in out)
+    assert all(r.also_from == ("toolpkg",) and r.comes_from("toolpkg") for r in out)

@@ -36,6 +36,10 @@ def test_row_round_trip() -> None:
     row = Row(id="x/1", source="x", family="x/b0", provenance="real", label="chat", lang="zh",
               request=chat([user("你好")]))
     assert from_json(row.as_json()) == row
+    borrowed = Row(id="x/1#tools", source="x", family="x/b0", provenance="derived", label="chat",
+                   lang="en", request=chat([user("hi")]), also_from=("y",))
+    assert from_json(borrowed.as_json()) == borrowed
+    assert borrowed.comes_from("x") and borrowed.comes_from("y") and not row.comes_from("y")
 
 
 @pytest.mark.parametrize(
