@@ -86,7 +86,7 @@ def label_text(text: str, default: str) -> str:
         return "prose"
     if len(head) < 60 and _SHORT_WRITE.search(head):
         return "code"  # "can you write insertion sort?": a short write-ask that is not prose
-    if _TECH_PROBLEM.search(head) and not _ABOUT_ASSISTANT.search(head):
+    if _TECH_PROBLEM.search(head) and not _asks_about_assistant(head):
         return "technical"
     if _is_casual(head):
         return "chat"
@@ -98,6 +98,22 @@ def label_text(text: str, default: str) -> str:
 def _is_casual(text: str) -> bool:
     if _ASKS_FOR_EXPLANATION.search(text):
         return False
-    if _CHAT_TURN.search(text) and len(text) <= 80:
-        return True
-    return bool(_ABOUT_ASSISTANT.search(text)) and len(text) <= 120
+    opener = _CHAT_TURN.search(text)
+    if opener and len(text) <= 80:
+        # "hello, how do I run it on a CPU?" calls for the answer, not for a greeting back
+        return not _asks_about_a_subject(text[opener.end():])
+    return _asks_about_assistant(text)
+
+
+def _asks_about_assistant(text: str) -> bool:
+    """A question to the assistant about itself: short, and not a problem report that happens
+    to quote "your" ("请输入你的问题" in a pasted log is not a question to the assistant)."""
+    if not _ABOUT_ASSISTANT.search(text) or len(text) > 120:
+        return False
+    return not (_TECH_PROBLEM.search(text) and len(text) > 60)
+
+
+def _asks_about_a_subject(rest: str) -> bool:
+    rest = rest.strip(" ,，.。!！~、")
+    return (len(rest) > 6 and not _ABOUT_ASSISTANT.search(rest)
+            and bool(_EXPLAIN_ASK.search(rest) or _TECH_PROBLEM.search(rest)))
