@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from backends.client_view import Added, client_body, client_event
 from backends.measure import StreamMeter
@@ -155,14 +156,11 @@ async def _open(
     last: bool,
 ) -> tuple[aiohttp.ClientResponse | None, bytes, str]:
     """Connect and read the first bytes; (None, b"", why) when the target should be skipped."""
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=options.connect_timeout_s, sock_connect=options.connect_timeout_s
-    )
-    url = target.base_url.rstrip("/") + path
     send = functools.partial(
-        session.request, request.method, url, params=request.query, data=body,
-        headers=_upstream_headers(request.headers, target), timeout=timeout,
-        allow_redirects=False,
+        session.request, request.method, _upstream_url(target.base_url, path),
+        params=request.query if request.query_string else None, data=body,
+        headers=_upstream_headers(request.headers, target),
+        timeout=_connect_timeout(options.connect_timeout_s), allow_redirects=False,
     )
     try:
         try:
@@ -254,6 +252,18 @@ async def _relay_events(
     if rest:
         await response.write(rest)
     await response.write_eof()
+
+
+# Per request these would be rebuilt from the same few values: a parsed URL per (backend, path),
+# a timeout per configured connect timeout. Both caches are bounded (paths come from clients).
+@functools.lru_cache(maxsize=256)
+def _upstream_url(base_url: str, path: str) -> URL:
+    return URL(base_url.rstrip("/") + path)
+
+
+@functools.lru_cache(maxsize=16)
+def _connect_timeout(seconds: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds)
 
 
 def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDict[str]:

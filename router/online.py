@@ -2,14 +2,16 @@
 
 The learned file (written by `specroute learn` or the background learner, hot-reloaded by the
 policy store) holds the evidence of the whole log up to its `through` timestamp; records
-written since are added here one by one, so that the next request already uses the last
-outcome. When a newer learned file is swapped in, the records it already covers are dropped
+written since are added here in order, a batch at a time (what finished in one turn of the
+event loop: one posterior rebuild per batch), so that the next request already uses the last
+outcomes. When a newer learned file is swapped in, the records it already covers are dropped
 from the online part (they are counted once). A record sink; no I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -53,15 +55,22 @@ class OnlineModel:
         return len(self._pending)
 
     def write_record(self, record: RouteRecord) -> None:
-        observation = observation_from_record(record)
-        if observation is None:
+        self.write_records((record,))
+
+    def write_records(self, records: Sequence[RouteRecord]) -> None:
+        """Add the records' observations in order; the posterior is rebuilt once per batch."""
+        observations = [o for o in map(observation_from_record, records) if o is not None]
+        if not observations:
             return
-        self._pending.append(observation)
+        self._pending.extend(observations)
         snapshot = self._store.snapshot
         if snapshot is not self._snapshot or self._model is None:
             self._rebase(snapshot)
             return
-        self._recent = observe(self._recent, observation, snapshot.policy.assume)
+        recent = self._recent
+        for observation in observations:
+            recent = observe(recent, observation, snapshot.policy.assume)
+        self._recent = recent
         self._model = self._build(snapshot)
 
     def _rebase(self, snapshot: Snapshot) -> None:

@@ -22,7 +22,7 @@ from router.config import Config
 from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
-from router.sinks import RecordSink, SinkHealth
+from router.sinks import RecordQueue, RecordSink, SinkHealth
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
+RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
 ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 # work that must finish even if its request is cancelled
