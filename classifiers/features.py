@@ -229,6 +229,8 @@ def _overlap(text: str, described: frozenset[str]) -> float:
 def _words(text: str) -> set[str]:
     lowered = text.lower()
     latin = set(_LATIN_WORD.findall(lowered))
+    if lowered.isascii():  # O(1) in CPython: no Han characters to look for
+        return latin
     han = "".join(_HAN.findall(lowered))
     return latin | {han[i: i + 2] for i in range(len(han) - 1)}
 
@@ -251,7 +253,7 @@ def casual_word_share(text: str) -> float:
     words = _CASUAL_TOKEN.findall(sample)
     if not words:
         return 0.0
-    casual = sum(1 for w in words if w in _CASUAL_WORDS)
+    casual = sum(map(_CASUAL_WORDS.__contains__, words))
     return round(casual / len(words), 4)
 
 
@@ -263,6 +265,8 @@ def strip_fences(text: str) -> str:
 def cjk_share(text: str) -> float:
     """Share of CJK characters among the non-space characters of `text` (a bounded sample)."""
     sample = text[:TEXT_SAMPLE_CAP]
+    if sample.isascii():  # O(1) in CPython; every CJK range is far outside ASCII
+        return 0.0
     letters = len("".join(sample.split()))
     if letters == 0:
         return 0.0

@@ -127,7 +127,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         strip_meta_info=tweaked.added_meta_info,
         keep_text_chars=CONTENT_CAP if config.log.content else 0,
     )
-    counters = await spec_counters.watch(app, primary)
+    counters = await spec_counters.watch(app, primary) if spec_counters.wanted(app, primary) else None
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
     result = ForwardResult(meter=StreamMeter(started_at=started,
                                              text_cap=options.keep_text_chars))
