@@ -65,6 +65,11 @@ _CASUAL_WORDS: Final = frozenset({
     "love", "like", "feel", "fun", "guess", "think", "maybe", "pretty", "gonna", "wanna", "so",
     "我", "你", "咱", "们", "呢", "吧", "啊", "呀", "哈", "嗯", "哦", "嘛", "啦", "喔", "哎",
 })
+# The same words for ASCII text, by C string methods (a third of the regex's cost): every byte
+# that cannot be part of a word becomes a space.
+_CASUAL_ASCII: Final = bytes(c if chr(c).isascii() and (chr(c).islower() or chr(c) == "'") else 32
+                             for c in range(256))
+_CASUAL_WORDS_ASCII: Final = frozenset(w.encode() for w in _CASUAL_WORDS if w.isascii())
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 _CODE_LINE = re.compile(
     r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
@@ -250,6 +255,11 @@ def _tool_text(tool: Mapping[str, Any]) -> str:
 def casual_word_share(text: str) -> float:
     """Share of the ask's words (Latin words, Han characters) that mark casual talk (bounded)."""
     sample = text[:OVERLAP_TEXT_CAP].lower()
+    if sample.isascii():
+        ascii_words = sample.encode().translate(_CASUAL_ASCII).split()
+        if not ascii_words:
+            return 0.0
+        return round(sum(map(_CASUAL_WORDS_ASCII.__contains__, ascii_words)) / len(ascii_words), 4)
     words = _CASUAL_TOKEN.findall(sample)
     if not words:
         return 0.0

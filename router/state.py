@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,13 +31,20 @@ class Deps:
 
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    new_request_id: Callable[[], str] = lambda: "req_" + uuid.uuid4().hex[:20]
+    new_request_id: Callable[[], str] = field(default_factory=lambda: request_ids())
     random: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     count_tokens: TokenCounter | None = None  # None: loaded at start when config.tokenizer
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
     explore: bool = True  # False: no Thompson draw, the posterior median (benchmarks, tests)
+
+
+def request_ids() -> Callable[[], str]:
+    """`req_` and 80 random bits in hex, as uuid4 gave them, from a generator seeded once from
+    the OS: uuid4 reads the OS's random source on every call (a system call per request)."""
+    bits = random.Random(os.urandom(16)).getrandbits
+    return lambda: f"req_{bits(80):020x}"
 
 
 CONFIG = web.AppKey("config", Config)
