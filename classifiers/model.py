@@ -13,6 +13,7 @@ and refuses one built for another feature schema.
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,8 @@ LOG_SCALED: Final = frozenset({"n_tools", "tool_schema_chars", "n_messages", "co
                                "max_tokens", "prompt_tokens", "last_user_tokens",
                                "system_chars"})
 _LOG_MASK: Final = np.array([name in LOG_SCALED for name in FEATURE_NAMES])
+_LOG_SCALED_AT: Final = tuple(bool(m) for m in _LOG_MASK)
+_feature_values: Final = operator.attrgetter(*FEATURE_NAMES)  # Features -> their values, in order
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -131,7 +134,10 @@ class TrainedScorer:
         return np.array(self._probabilities(view, features), dtype=np.float32)
 
     def _probabilities(self, view: RequestView, features: Features) -> list[float]:
-        logits: list[float] = (self._bias_folded + numeric_row(features.vector()) @ self._w_num_scaled).tolist()
+        # `numeric_row` in plain Python (then one array): the same values up to float32 rounding
+        row = [math.log1p(max(v, 0.0)) if scaled else v
+               for v, scaled in zip(_feature_values(features), _LOG_SCALED_AT)]
+        logits: list[float] = (self._bias_folded + np.array(row) @ self._w_num_scaled).tolist()
         for seed, text in seeded_fields(view, self.settings):
             if text:
                 logits = [a + b for a, b in zip(logits, self._text_share(seed, text))]
