@@ -78,6 +78,9 @@ class FieldShares:
         self._size = size
         self._entries: OrderedDict[tuple[int, str], tuple[float, ...]] = OrderedDict()
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def get(self, key: tuple[int, str]) -> tuple[float, ...] | None:
         found = self._entries.get(key)
         if found is not None:

@@ -2,17 +2,18 @@
 (`decisionlog.readers` reads them).
 
 Writer: append-only JSON Lines. Each record is one `write()` system call of the whole line,
-newline included, on an unbuffered file (`write_records`: the lines of a batch in one call), so
-once `write_record` returns the line is in the OS and a crash of the proxy loses at most the
-line being written (the proxy hands records over once per turn of its event loop, after the
-answers went out: at most that turn's records). A write that fails (disk full, file
-made unwritable) raises and leaves nothing buffered to resurface later; a line cut short by it is
-ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent inside
-a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON. Writes are synchronous on purpose: a line is a few KB
-going to the page cache (microseconds), cheaper than a hop to a thread, and doing it inline keeps
-lines in request-completion order with no lock (one asyncio process, one thread writing). There is
-no fsync per line (it would put a disk flush on every request): a power loss may lose the last
-lines the OS had not written back, a process crash does not.
+newline included, on an unbuffered file (`write_records`: the lines of a batch in one call, or
+one per file when the batch crosses a rotation), so once `write_record(s)` returns the lines are
+in the OS. The proxy hands over, once per turn of its event loop, the records of the requests
+that finished in the turn before (after their answers went out): a crash of the proxy loses at
+most those. A write that fails (disk full, file made unwritable) raises, says how many lines it
+lost (`LogFileError.lost`) and leaves nothing buffered to resurface later; a line cut short by
+it is ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent
+inside a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON.
+Writes are synchronous on purpose: a batch is a few KB going to the page cache (microseconds),
+cheaper than a hop to a thread, and writing from the loop keeps lines in request-completion
+order with no lock (one asyncio process, one thread writing). There is no fsync (it would put a
+disk flush on every batch): a power loss may lose the last lines the OS had not written back.
 
 Rotation is size-based: when the next line would take the file past `rotate_mb`, `log` becomes
 `log.1`, `log.1` becomes `log.2`, ..., and `log.<keep>` is dropped. A fresh `log` is then opened.

@@ -99,3 +99,18 @@ def test_a_policy_edit_keeps_what_was_learned_online_and_applies_the_new_prior(
     assert store.reload_if_changed(now=1.0)
     assert online.model.prior.name == "local-pair"
     assert online.model.evidence is not before and online.model.evidence.greedy == before.greedy
+
+
+def test_a_batch_of_records_teaches_what_the_same_records_teach_one_by_one(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text(), encoding="utf-8")
+    records = [_record(i, "mtp" if i % 2 else "plain", 10.0 if i % 2 else 14.7) for i in range(10)]
+    one_by_one, batched = OnlineModel(PolicyStore(policy)), OnlineModel(PolicyStore(policy))
+    for record in records:
+        one_by_one.write_record(record)
+    batched.write_records(records[:1])  # the first builds the model, the rest are one batch
+    batched.write_records(records[1:])
+    assert batched.online_records == one_by_one.online_records == 10
+    assert batched.model.evidence.greedy.n == one_by_one.model.evidence.greedy.n == 5
+    x = _code_inputs()
+    assert batched.model.speedup(x, True) == one_by_one.model.speedup(x, True)
