@@ -57,6 +57,7 @@ _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnection
 # Statuses that mean "this backend cannot serve now" (gateway errors, loading or overloaded
 # engines: llama-server and vLLM answer 503, overloaded APIs 529), not "this request is bad".
 BACKEND_FAILED_STATUSES = frozenset({502, 503, 504, 529})
+_UNPARSED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +203,20 @@ async def _relay(
 ) -> web.StreamResponse:
     headers = _downstream_headers(upstream.headers, extra)
     if not _is_sse(upstream):
-        payload = _json_or_none(first, upstream)
-        result.meter.observe(payload, clock())
-        first = client_body(first, payload, options.added)
-        whole = web.Response(body=first, status=upstream.status, headers=headers)
+        arrived = clock()
+        # Parsed before sending only when the client's bytes depend on it (a meta_info to drop);
+        # otherwise the answer leaves first and is measured after.
+        payload = _json_or_none(first, upstream) if options.strip_meta_info else _UNPARSED
+        body = client_body(first, payload, options.added) if options.strip_meta_info else first
+        whole = web.Response(body=body, status=upstream.status, headers=headers)
         try:  # sent here, so that the caller's bookkeeping runs after the client has it
             await whole.prepare(request)
             await whole.write_eof()
         except _CLIENT_GONE:
             result.client_disconnected = True
+        finally:
+            result.meter.observe(_json_or_none(first, upstream) if payload is _UNPARSED else payload,
+                                 arrived)
         return whole
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
