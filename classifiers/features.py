@@ -77,6 +77,11 @@ _CODE_LINE = re.compile(
     |[;{}]\s*$|=>|->|==|!=|\w+\(.*\)\s*[:{;]?\s*$)""",
     re.VERBOSE,
 )
+_CODE_CHARS: Final = frozenset(";{}(=")
+# (the pattern is VERBOSE: its spaces are not part of it, "def " reads "def")
+_CODE_STARTS: Final = ("def", "class", "import", "from", "return", "#include", "public",
+                       "private", "func", "fn", "let", "const", "var", "SELECT", "INSERT",
+                       "UPDATE", "CREATE", "<")
 
 # A first line that is code: a definition, an import, a directive, a signature or a statement.
 _CODE_START = re.compile(
@@ -298,8 +303,17 @@ def _code_line_share(text: str) -> float:
     lines = [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
     if not lines:
         return 0.0
-    code = sum(1 for line in lines if _CODE_LINE.search(line[:CODE_LINE_CAP]))
+    code = sum(1 for line in lines if _may_be_code(capped := line[:CODE_LINE_CAP])
+               and _CODE_LINE.search(capped))
     return round(code / len(lines), 4)
+
+
+def _may_be_code(line: str) -> bool:
+    """False only for a line `_CODE_LINE` cannot match (most prose), which then skips the
+    pattern: each of its alternatives needs one of these characters, `->`, or one of these
+    starts (`if (`, `for (`, `while (`, `{`, `}` need a character of the set)."""
+    return (not _CODE_CHARS.isdisjoint(line) or "->" in line
+            or line.lstrip().startswith(_CODE_STARTS))
 
 
 def _indented_line_share(text: str) -> float:

@@ -112,16 +112,17 @@ class TrainedScorer:
     # the text shares of recently seen field texts (system prompt, tool names, user turn)
     memo: FieldShares = field(default_factory=FieldShares, compare=False, repr=False)
     # derived once from the weights: standardising folded into the numeric layer, class values
-    _w_num_scaled: FloatArray = field(init=False, compare=False, repr=False)
-    _bias_folded: FloatArray = field(init=False, compare=False, repr=False)
+    _w_num_scaled: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
+    _bias_folded: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
     _values: tuple[float, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # ((x - mean) / scale) @ w + b == x @ (w / scale) + (b - (mean / scale) @ w)
+        # float64, as the row built per request: no dtype to infer or promote per call
         object.__setattr__(self, "_w_num_scaled",
-                           (self.w_num / self.num_scale[:, None]).astype(np.float32))
+                           (self.w_num / self.num_scale[:, None]).astype(np.float64))
         object.__setattr__(self, "_bias_folded",
-                           (self.bias - (self.num_mean / self.num_scale) @ self.w_num).astype(np.float32))
+                           (self.bias - (self.num_mean / self.num_scale) @ self.w_num).astype(np.float64))
         object.__setattr__(self, "_values", tuple(float(v) for v in self.class_value))
 
     def score(self, view: RequestView, features: Features) -> Scores:
@@ -140,7 +141,7 @@ class TrainedScorer:
         # `numeric_row` in plain Python (then one array): the same values up to float32 rounding
         row = [math.log1p(max(v, 0.0)) if scaled else v
                for v, scaled in zip(_feature_values(features), _LOG_SCALED_AT)]
-        logits: list[float] = (self._bias_folded + np.array(row) @ self._w_num_scaled).tolist()
+        logits: list[float] = (self._bias_folded + np.array(row, dtype=np.float64) @ self._w_num_scaled).tolist()
         for seed, text in seeded_fields(view, self.settings):
             if text:
                 logits = [a + b for a, b in zip(logits, self._text_share(seed, text))]

@@ -142,3 +142,18 @@ def test_text_features_read_ascii_and_other_text_alike(text: str) -> None:
     han = "".join(re.findall("[\u4e00-\u9fff]", lowered))
     expected = set(f._LATIN_WORD.findall(lowered)) | {han[i: i + 2] for i in range(len(han) - 1)}
     assert f._words(text) == expected
+
+
+_CODE_BITS = ["def", "class", "import", "from", "x", "return", "if", "for", "while", "#include",
+              "public", "private", "func", "fn", "let", "const", "var", "SELECT", "CREATE",
+              "<div>", "<", "->", "=>", "==", "!=", "f(a)", "define", "letter", "Return", " ",
+              "\t", "\u3000", "\u00a0", ";", "{", "}", "(", ")", "=", ":", "#", "-", "a", "."]
+
+
+@settings(max_examples=2000, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_CODE_BITS), max_size=10).map("".join))
+def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: str) -> None:
+    from classifiers import features as f
+
+    if f._CODE_LINE.search(line):
+        assert f._may_be_code(line)
