@@ -32,8 +32,9 @@ class BackendRuntime:
     running: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def queue(self, now: float) -> tuple[InFlight, ...]:
-        return tuple(InFlight(ms, max(0.0, now - sent) * 1000.0)
-                     for ms, sent in self.running.values())
+        # built for every request in flight on every decision: a list, not a generator
+        return tuple([InFlight(ms, (now - sent) * 1000.0 if now > sent else 0.0)
+                      for ms, sent in self.running.values()])
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
