@@ -4,9 +4,8 @@
 Writer: append-only JSON Lines. Each record is one `write()` system call of the whole line,
 newline included, on an unbuffered file (`write_records`: the lines of a batch in one call, or
 one per file when the batch crosses a rotation), so once `write_record(s)` returns the lines are
-in the OS. The proxy hands over, once per turn of its event loop, the records of the requests
-that finished in the turn before (after their answers went out): a crash of the proxy loses at
-most those. A write that fails (disk full, file made unwritable) raises, says how many lines it
+in the OS. The proxy hands over, every 20 ms, the records of the requests that finished since
+(after their answers went out): a crash of the proxy loses at most those. A write that fails (disk full, file made unwritable) raises, says how many lines it
 lost (`LogFileError.lost`) and leaves nothing buffered to resurface later; a line cut short by
 it is ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent
 inside a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON.

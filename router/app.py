@@ -90,7 +90,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[SINKS].extend(deps.sinks)
     # A sink that fails is counted on /metrics as well as reported on /readyz.
     app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
-    app[RECORDS] = RecordQueue(app[SINKS], app[SINK_HEALTH])
+    app[RECORDS] = RecordQueue(app[SINKS], app[SINK_HEALTH], interval_s=deps.record_interval_s)
     return app
 
 

@@ -196,8 +196,8 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
                 plan.conversation, result.backend, result.profile,
                 result.meter.report.prompt_tokens or plan.features.prompt_tokens, now,
             )
-    # The record is built and written at the next turn of the loop, with the others that
-    # finished in this one (router/sinks.RecordQueue): the answer has left already.
+    # The record is built and written with the others that finish within the next few ms
+    # (router/sinks.RecordQueue): the answer has left already.
     app[state.RECORDS].put(functools.partial(
         record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,

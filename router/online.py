@@ -2,9 +2,9 @@
 
 The learned file (written by `specroute learn` or the background learner, hot-reloaded by the
 policy store) holds the evidence of the whole log up to its `through` timestamp; records
-written since are added here in order, a batch at a time (what finished in one turn of the
-event loop: one posterior rebuild per batch), so that the next request already uses the last
-outcomes. When a newer learned file is swapped in, the records it already covers are dropped
+written since are added here in order, a batch at a time (what finished within
+`Deps.record_interval_s`, 20 ms: one posterior rebuild per batch), so that requests are decided
+with outcomes at most that old. When a newer learned file is swapped in, the records it already covers are dropped
 from the online part (they are counted once). A record sink; no I/O.
 """
 

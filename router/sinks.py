@@ -3,11 +3,11 @@ metrics, the dashboard's ring), when, and what happens when one of them cannot t
 goes on, the failure is counted (`specroute_record_sink_failures_total`), reported on `/readyz`,
 and logged once per outage.
 
-When: `RecordQueue` collects the requests that finished during one turn of the event loop and,
-at the start of the next, builds their records and hands them to the sinks in order, as one
-batch to a sink that takes batches (`write_records`: one decision-log write, one rebuild of the
-route model) and one by one to the others. The answers have left by then; nothing is dropped
-or reordered, and the next requests are decided with these outcomes.
+When: `RecordQueue` collects the requests that finished within a short interval (`Deps.
+record_interval_s`, 20 ms) and then builds their records and hands them to the sinks in order,
+as one batch to a sink that takes batches (`write_records`: one decision-log write, one rebuild
+of the route model) and one by one to the others. The answers have left by then; nothing is
+dropped or reordered; the route model learns each outcome at most that interval later.
 """
 
 from __future__ import annotations
@@ -97,31 +97,48 @@ def write_batch(sinks: Iterable[RecordSink], records: Sequence[RouteRecord], hea
 
 
 class RecordQueue:
-    """Finished requests whose records are built and written at the next turn of the loop.
+    """Finished requests whose records are built and handed to the sinks in batches.
 
     `put` takes a function that builds the record (what the handler knew at the end is bound
     in it), so that building it, serialising it and the sinks' work all run after the answer
-    left and once per batch where a sink can. `flush` runs the queue now (at shutdown, before
-    the decision log closes).
+    left, once per batch: `interval_s` after the first record of a batch (0: at the next turn
+    of the loop), or at the next turn once `max_batch` are waiting. A batch runs with the code
+    and data of the last record still in the CPU's caches: on a busy proxy (whose caches the
+    network traffic keeps cold) that is a third of the cost of one record at a time. `flush`
+    runs the queue now (at shutdown, before the decision log closes).
     """
 
-    def __init__(self, sinks: list[RecordSink], health: SinkHealth) -> None:
+    def __init__(
+        self, sinks: list[RecordSink], health: SinkHealth, *, interval_s: float = 0.0,
+        max_batch: int = 256,
+    ) -> None:
         self._sinks = sinks  # the app's list: sinks added at start-up are seen
         self._health = health
+        self._interval_s = interval_s
+        self._max_batch = max_batch
         self._pending: list[Callable[[], RouteRecord]] = []
-        self._scheduled = False
+        self._due: asyncio.Handle | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def put(self, build: Callable[[], RouteRecord]) -> None:
         self._pending.append(build)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        full = len(self._pending) >= self._max_batch
+        if self._due is not None and not full:
+            return
+        if self._due is not None:
+            self._due.cancel()
+        loop = asyncio.get_running_loop()
+        if self._interval_s > 0 and not full:
+            self._due = loop.call_later(self._interval_s, self.flush)
+        else:
+            self._due = loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        self._scheduled = False
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
         pending, self._pending = self._pending, []
         records = []
         for build in pending:

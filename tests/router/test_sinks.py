@@ -85,3 +85,30 @@ async def test_a_record_that_cannot_be_built_costs_only_itself() -> None:
     queue.put(lambda: replace(_build("r2")))
     queue.flush()
     assert single.ids == ["r0", "r2"] and health.failures == {"record": 1}
+
+
+async def test_records_wait_for_the_interval_or_a_full_batch() -> None:
+    batches = Batches()
+    queue = RecordQueue([batches], SinkHealth(), interval_s=3600.0, max_batch=3)
+    queue.put(lambda: _build("r0"))
+    queue.put(lambda: _build("r1"))
+    await asyncio.sleep(0)
+    assert batches.batches == [] and len(queue) == 2  # an hour to go, and not full
+    queue.put(lambda: _build("r2"))  # full: at the next turn
+    await asyncio.sleep(0)
+    assert batches.batches == [["r0", "r1", "r2"]]
+    queue.put(lambda: _build("r3"))
+    queue.flush()  # shutdown: whatever waits is written now
+    assert batches.batches == [["r0", "r1", "r2"], ["r3"]]
+
+
+async def test_records_go_out_once_the_interval_has_passed() -> None:
+    batches = Batches()
+    queue = RecordQueue([batches], SinkHealth(), interval_s=0.01)
+    for i in range(5):
+        queue.put(lambda i=i: _build(f"r{i}"))
+    for _ in range(500):  # bounded: 5 s
+        if batches.batches:
+            break
+        await asyncio.sleep(0.01)
+    assert batches.batches == [[f"r{i}" for i in range(5)]]
