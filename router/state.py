@@ -37,9 +37,8 @@ class Deps:
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
-    # Records of finished requests are built and written in batches this often (0: at the next
-    # turn of the event loop, one turn's worth per batch; tests that read a record as soon as
-    # the answer is in use 0).
+    # Records of finished requests are built and written in batches this often (0: each as its
+    # request finishes, as tests that read a record as soon as the answer is in want it).
     record_interval_s: float = 0.02
     explore: bool = True  # False: no Thompson draw, the posterior median (benchmarks, tests)
 

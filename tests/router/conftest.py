@@ -109,8 +109,8 @@ async def start_stack(
         **extra,
     )
     sink = ListSink()
-    # No exploration: tests assert where requests go (exploration has its own tests). Records at
-    # the next turn of the loop unless asked: tests read them as soon as the answer is in.
+    # No exploration: tests assert where requests go (exploration has its own tests). Each record
+    # written as its request finishes unless asked: tests read them as soon as the answer is in.
     proxy = await aiohttp_server(create_app(config, deps=Deps(
         sinks=(sink,), explore=False, record_interval_s=record_interval_s)))
     return Stack(proxy, mtp, plain, sink, config, mtp_server, plain_server)

@@ -42,24 +42,33 @@ def _build(request_id: str) -> RouteRecord:
     return make_record(request_id=request_id)
 
 
-async def test_records_of_one_loop_turn_go_out_together_in_order_at_the_next() -> None:
+async def test_records_of_one_interval_go_out_together_and_in_order() -> None:
     single, batches = OneByOne(), Batches()
-    queue = RecordQueue([batches, single], SinkHealth())
+    queue = RecordQueue([batches, single], SinkHealth(), interval_s=3600.0)
     for i in range(3):
         queue.put(lambda i=i: _build(f"r{i}"))
-    assert batches.batches == [] and len(queue) == 3  # nothing yet: the answers go out first
-    await asyncio.sleep(0)
+    assert batches.batches == [] and len(queue) == 3  # nothing yet: the interval runs
+    queue.flush()
     assert batches.batches == [["r0", "r1", "r2"]] and single.ids == ["r0", "r1", "r2"]
     queue.put(lambda: _build("r3"))
-    await asyncio.sleep(0)
+    queue.flush()
     assert batches.batches == [["r0", "r1", "r2"], ["r3"]] and len(queue) == 0
+
+
+async def test_without_an_interval_each_record_is_written_as_its_request_finishes() -> None:
+    batches = Batches()
+    queue = RecordQueue([batches], SinkHealth(), interval_s=0.0)
+    queue.put(lambda: _build("r0"))
+    assert batches.batches == [["r0"]]  # before any other task runs
+    queue.put(lambda: _build("r1"))
+    assert batches.batches == [["r0"], ["r1"]] and len(queue) == 0
 
 
 async def test_a_failing_sink_counts_each_record_it_lost_and_the_others_get_theirs() -> None:
     failures: list[str] = []
     health = SinkHealth(on_failure=failures.append)
     single, broken = OneByOne(), Batches(fail=True)
-    queue = RecordQueue([broken, single], health)
+    queue = RecordQueue([broken, single], health, interval_s=3600.0)
     for i in range(4):
         queue.put(lambda i=i: _build(f"r{i}"))
     queue.flush()
@@ -75,7 +84,7 @@ async def test_a_failing_sink_counts_each_record_it_lost_and_the_others_get_thei
 async def test_a_record_that_cannot_be_built_costs_only_itself() -> None:
     health = SinkHealth()
     single = OneByOne()
-    queue = RecordQueue([single], health)
+    queue = RecordQueue([single], health, interval_s=3600.0)
 
     def broken() -> RouteRecord:
         raise ValueError("bug")
