@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from backends.client_view import Added, client_body, client_event
 from backends.measure import StreamMeter
@@ -56,6 +57,7 @@ _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnection
 # Statuses that mean "this backend cannot serve now" (gateway errors, loading or overloaded
 # engines: llama-server and vLLM answer 503, overloaded APIs 529), not "this request is bad".
 BACKEND_FAILED_STATUSES = frozenset({502, 503, 504, 529})
+_UNPARSED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +157,11 @@ async def _open(
     last: bool,
 ) -> tuple[aiohttp.ClientResponse | None, bytes, str]:
     """Connect and read the first bytes; (None, b"", why) when the target should be skipped."""
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=options.connect_timeout_s, sock_connect=options.connect_timeout_s
-    )
-    url = target.base_url.rstrip("/") + path
     send = functools.partial(
-        session.request, request.method, url, params=request.query, data=body,
-        headers=_upstream_headers(request.headers, target), timeout=timeout,
-        allow_redirects=False,
+        session.request, request.method, _upstream_url(target.base_url, path),
+        params=request.query if request.query_string else None, data=body,
+        headers=_upstream_headers(request.headers, target),
+        timeout=_connect_timeout(options.connect_timeout_s), allow_redirects=False,
     )
     try:
         try:
@@ -204,15 +203,20 @@ async def _relay(
 ) -> web.StreamResponse:
     headers = _downstream_headers(upstream.headers, extra)
     if not _is_sse(upstream):
-        payload = _json_or_none(first, upstream)
-        result.meter.observe(payload, clock())
-        first = client_body(first, payload, options.added)
-        whole = web.Response(body=first, status=upstream.status, headers=headers)
+        arrived = clock()
+        # Parsed before sending only when the client's bytes depend on it (a meta_info to drop);
+        # otherwise the answer leaves first and is measured after.
+        payload = _json_or_none(first, upstream) if options.strip_meta_info else _UNPARSED
+        body = client_body(first, payload, options.added) if options.strip_meta_info else first
+        whole = web.Response(body=body, status=upstream.status, headers=headers)
         try:  # sent here, so that the caller's bookkeeping runs after the client has it
             await whole.prepare(request)
             await whole.write_eof()
         except _CLIENT_GONE:
             result.client_disconnected = True
+        finally:
+            result.meter.observe(_json_or_none(first, upstream) if payload is _UNPARSED else payload,
+                                 arrived)
         return whole
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
@@ -254,6 +258,18 @@ async def _relay_events(
     if rest:
         await response.write(rest)
     await response.write_eof()
+
+
+# Per request these would be rebuilt from the same few values: a parsed URL per (backend, path),
+# a timeout per configured connect timeout. Both caches are bounded (paths come from clients).
+@functools.lru_cache(maxsize=256)
+def _upstream_url(base_url: str, path: str) -> URL:
+    return URL(base_url.rstrip("/") + path)
+
+
+@functools.lru_cache(maxsize=16)
+def _connect_timeout(seconds: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds)
 
 
 def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDict[str]:

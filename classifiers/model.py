@@ -1,14 +1,21 @@
 """The trained workload classifier at serving time: exported weights scored with numpy.
 
 Scoring (`TrainedScorer.score`) is pure and cheap: hashed character n-grams of the bounded
-text plus the standardised request features, one linear layer, a softmax. No scikit-learn or
+text plus the standardised request features, one linear layer, a softmax. Serving sums the
+layer field by field (each field text's share of the logits is remembered for the next request
+that resends it, as agent loops do) and takes the softmax of the few class logits in plain
+Python: per request that is a handful of numpy calls instead of ~25, each of which costs
+microseconds on a proxy whose caches the network traffic keeps cold. No scikit-learn or
 torch is imported here. `load_artifact` is the only I/O: it reads and validates an artifact
 and refuses one built for another feature schema.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +28,7 @@ from classifiers import artifact
 from classifiers.artifact import ArtifactError
 from classifiers.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, Features
 from classifiers.language import guess_lang
-from classifiers.ngrams import FieldMemo, HashSettings, hashed
+from classifiers.ngrams import HashSettings, field_weights, seeded_fields
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
 
@@ -34,6 +41,8 @@ LOG_SCALED: Final = frozenset({"n_tools", "tool_schema_chars", "n_messages", "co
                                "max_tokens", "prompt_tokens", "last_user_tokens",
                                "system_chars"})
 _LOG_MASK: Final = np.array([name in LOG_SCALED for name in FEATURE_NAMES])
+_LOG_SCALED_AT: Final = tuple(bool(m) for m in _LOG_MASK)
+_feature_values: Final = operator.attrgetter(*FEATURE_NAMES)  # Features -> their values, in order
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -48,14 +57,40 @@ def numeric_row(values: Sequence[float]) -> FloatArray:
 STRUCTURE_AGENT: Final = 0.9
 
 
-def _agent_by_structure(probs: FloatArray, agent: int) -> FloatArray:
+def _agent_by_structure(probs: list[float], agent: int) -> list[float]:
     """Unambiguous structure counts: at least STRUCTURE_AGENT on agent."""
     if probs[agent] >= STRUCTURE_AGENT:
         return probs
-    rest = 1.0 - float(probs[agent])
-    scaled = probs * ((1.0 - STRUCTURE_AGENT) / rest if rest > 0 else 0.0)
+    rest = 1.0 - probs[agent]
+    factor = (1.0 - STRUCTURE_AGENT) / rest if rest > 0 else 0.0
+    scaled = [p * factor for p in probs]
     scaled[agent] = STRUCTURE_AGENT
-    return scaled.astype(np.float32)
+    return scaled
+
+
+class FieldShares:
+    """Each recent field text's share of the logits (its n-grams' weight rows, weighted and
+    summed), owned by one scorer: the shares depend on its weights (no global). An agent loop
+    resends the same system prompt, tool names and last user turn with every tool result; only
+    the context's tail is new. Bounded: `size` entries of a few thousand characters each."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[int, str], tuple[float, ...]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[int, str]) -> tuple[float, ...] | None:
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[int, str], share: tuple[float, ...]) -> None:
+        self._entries[key] = share
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,29 +109,58 @@ class TrainedScorer:
     num_mean: FloatArray
     num_scale: FloatArray
     class_value: FloatArray
-    # n-grams of recently seen field texts (system prompt, tool names, user turn): same result
-    memo: FieldMemo = field(default_factory=FieldMemo, compare=False, repr=False)
+    # the text shares of recently seen field texts (system prompt, tool names, user turn)
+    memo: FieldShares = field(default_factory=FieldShares, compare=False, repr=False)
+    # derived once from the weights: standardising folded into the numeric layer, class values
+    _w_num_scaled: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
+    _bias_folded: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
+    _values: tuple[float, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # ((x - mean) / scale) @ w + b == x @ (w / scale) + (b - (mean / scale) @ w)
+        # float64, as the row built per request: no dtype to infer or promote per call
+        object.__setattr__(self, "_w_num_scaled",
+                           (self.w_num / self.num_scale[:, None]).astype(np.float64))
+        object.__setattr__(self, "_bias_folded",
+                           (self.bias - (self.num_mean / self.num_scale) @ self.w_num).astype(np.float64))
+        object.__setattr__(self, "_values", tuple(float(v) for v in self.class_value))
 
     def score(self, view: RequestView, features: Features) -> Scores:
-        probs = self.probabilities(view, features)
+        probs = self._probabilities(view, features)
         if features.agent_structure and "agent" in self.classes:
             probs = _agent_by_structure(probs, self.classes.index("agent"))
-        scores = {c: float(p) for c, p in zip(self.classes, probs)}
-        top = self.classes[int(np.argmax(probs))]
-        return Scores(top_class=top, lang=guess_lang(view, features), scores=scores,
-                      p_spec=float(np.clip(probs @ self.class_value, 0.0, 1.0)),
-                      artifact=self.name)
+        p_spec = sum(p * v for p, v in zip(probs, self._values))
+        return Scores(top_class=self.classes[probs.index(max(probs))],
+                      lang=guess_lang(view, features), scores=dict(zip(self.classes, probs)),
+                      p_spec=min(max(p_spec, 0.0), 1.0), artifact=self.name)
 
     def probabilities(self, view: RequestView, features: Features) -> FloatArray:
-        idx, weights = hashed(view, self.settings, self.memo)
-        numeric = (numeric_row(features.vector()) - self.num_mean) / self.num_scale
-        logits = self.bias + numeric @ self.w_num
-        if idx.size:
+        return np.array(self._probabilities(view, features), dtype=np.float32)
+
+    def _probabilities(self, view: RequestView, features: Features) -> list[float]:
+        # `numeric_row` in plain Python (then one array): the same values up to float32 rounding
+        row = [math.log1p(max(v, 0.0)) if scaled else v
+               for v, scaled in zip(_feature_values(features), _LOG_SCALED_AT)]
+        logits: list[float] = (self._bias_folded + np.array(row, dtype=np.float64) @ self._w_num_scaled).tolist()
+        for seed, text in seeded_fields(view, self.settings):
+            if text:
+                logits = [a + b for a, b in zip(logits, self._text_share(seed, text))]
+        top = max(logits)
+        exp = [math.exp(x - top) for x in logits]
+        total = sum(exp)
+        return [e / total for e in exp]
+
+    def _text_share(self, seed: int, text: str) -> tuple[float, ...]:
+        """One field's share of the logits: its n-grams' weight rows, weighted and summed."""
+        key = (seed, text)
+        share = self.memo.get(key)
+        if share is None:
+            idx, weights = field_weights(seed, text, self.settings)
             # np.take gathers the same rows as `w_text[idx]`, ~3x faster than fancy indexing
-            logits = logits + weights @ np.take(self.w_text, idx, axis=0)
-        exp = np.exp(logits - logits.max())
-        probs: FloatArray = (exp / exp.sum()).astype(np.float32)
-        return probs
+            share = (tuple((weights @ np.take(self.w_text, idx, axis=0)).tolist()) if idx.size
+                     else (0.0,) * len(self.classes))
+            self.memo.put(key, share)
+        return share
 
     def changed_on_disk(self) -> bool:
         """True when the file was replaced since this scorer was loaded (or is gone)."""

@@ -69,6 +69,14 @@ def fields(view: RequestView, settings: HashSettings) -> tuple[str, str, str, st
             view.system_text[: settings.system_head], tools)
 
 
+def seeded_fields(view: RequestView, settings: HashSettings) -> tuple[tuple[int, str], ...]:
+    """(hash seed, bounded text) of each field, in `fields` order."""
+    # The user's words go to other buckets when the request carries tools: "what's the weather"
+    # asks for an answer without tools and for a call with them (a linear model needs this).
+    seeds = (_TOOLS_USER_SEED if view.tools else 1, 2, 3, 4)
+    return tuple(zip(seeds, fields(view, settings)))
+
+
 def hashed(
     view: RequestView, settings: HashSettings, memo: FieldMemo | None = None
 ) -> tuple[IntArray, FloatArray]:
@@ -76,10 +84,7 @@ def hashed(
     `memo` (optional) remembers the fields of recent requests; the result is the same."""
     indices: list[IntArray] = []
     weights: list[FloatArray] = []
-    # The user's words go to other buckets when the request carries tools: "what's the weather"
-    # asks for an answer without tools and for a call with them (a linear model needs this).
-    seeds = (_TOOLS_USER_SEED if view.tools else 1, 2, 3, 4)
-    for seed, text in zip(seeds, fields(view, settings)):
+    for seed, text in seeded_fields(view, settings):
         idx, weight = memo.field(seed, text, settings) if memo is not None else _field(seed, text, settings)
         if idx.size:
             indices.append(idx)
@@ -87,6 +92,11 @@ def hashed(
     if not indices:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     return np.concatenate(indices), np.concatenate(weights)
+
+
+def field_weights(seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+    """One field's bucket indices and their weights (what `hashed` concatenates)."""
+    return _field(seed, text, settings)
 
 
 def _field(seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from math import isfinite
 from typing import Any, Final
+
+import orjson
 
 SCHEMA_VERSION: Final = 1
 READABLE_VERSIONS: Final = frozenset({1})
@@ -72,8 +75,24 @@ class RouteRecord:
 
 def to_json(record: RouteRecord) -> str:
     """One line of JSON, keys in a fixed order, no text unless the record carries content."""
+    data = _as_data(record)
+    fast = _fast_line(data)
+    return fast.decode() if fast is not None else _standard_line(data)
+
+
+def to_json_line(record: RouteRecord) -> bytes:
+    """`to_json` as the decision log writes it: UTF-8 with a newline; what UTF-8 cannot encode
+    (a lone surrogate the client sent) as its JSON escape."""
+    data = _as_data(record)
+    fast = _fast_line(data)
+    if fast is not None:
+        return fast + b"\n"
+    return (_standard_line(data) + "\n").encode("utf-8", "backslashreplace")
+
+
+def _as_data(record: RouteRecord) -> dict[str, Any]:
     # Built by hand, not with dataclasses.asdict (which deep-copies every nested value): this
-    # runs once per request on the proxy's event loop.
+    # runs once per request in the proxy's process.
     outcome = record.outcome
     data: dict[str, Any] = {"schema_version": record.schema_version}
     for name in _RECORD_FIELDS:
@@ -86,10 +105,57 @@ def to_json(record: RouteRecord) -> str:
         del data["rewrite"]
     if not record.extra:
         del data["extra"]
-    line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    return data
+
+
+def _fast_line(data: dict[str, Any]) -> bytes | None:
+    """The line as orjson writes it (~10x faster than json), or None where its output would
+    differ from the standard encoder's: a non-finite number (json writes `NaN`, orjson `null`),
+    a lone surrogate or an integer past 64 bits (orjson refuses both). The same JSON values
+    either way; number spellings may differ (`1e-5` for `1e-05`)."""
+    if not _all_finite(data):
+        return None
+    try:
+        line = orjson.dumps(data, default=_plain)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
     if len(line) <= STRING_CAP:  # no string inside can be longer than the whole line
         return line
+    try:
+        return orjson.dumps(_capped(data), default=_plain)
+    except TypeError:
+        return None
+
+
+def _standard_line(data: dict[str, Any]) -> str:
+    line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    if len(line) <= STRING_CAP:
+        return line
     return json.dumps(_capped(data), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _plain(value: object) -> object:
+    """What json.dumps writes for what orjson does not know: a float subclass (numpy's
+    float64) as a number, anything else as its str()."""
+    return float(value) if isinstance(value, float) else str(value)
+
+
+def _all_finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in a record's data (dicts, lists, tuples, numbers)."""
+    items = value.values() if type(value) is dict else value
+    for item in items:
+        kind = type(item)
+        if kind in _LEAVES:
+            continue
+        if kind is dict or kind is list or kind is tuple:
+            if not _all_finite(item):
+                return False
+        elif isinstance(item, float) and not isfinite(item):  # float and its subclasses
+            return False
+    return True
+
+
+_LEAVES: Final = frozenset({str, int, bool, type(None)})
 
 
 def cap_string(text: str, cap: int = STRING_CAP) -> str:

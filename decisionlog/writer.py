@@ -2,15 +2,17 @@
 (`decisionlog.readers` reads them).
 
 Writer: append-only JSON Lines. Each record is one `write()` system call of the whole line,
-newline included, on an unbuffered file, so once `write_record` returns the line is in the OS and
-a crash of the proxy loses at most the line being written. A write that fails (disk full, file
-made unwritable) raises and leaves nothing buffered to resurface later; a line cut short by it is
-ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent inside
-a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON. Writes are synchronous on purpose: a line is a few KB
-going to the page cache (microseconds), cheaper than a hop to a thread, and doing it inline keeps
-lines in request-completion order with no lock (one asyncio process, one thread writing). There is
-no fsync per line (it would put a disk flush on every request): a power loss may lose the last
-lines the OS had not written back, a process crash does not.
+newline included, on an unbuffered file (`write_records`: the lines of a batch in one call, or
+one per file when the batch crosses a rotation), so once `write_record(s)` returns the lines are
+in the OS. The proxy hands over, every 20 ms, the records of the requests that finished since
+(after their answers went out): a crash of the proxy loses at most those. A write that fails (disk full, file made unwritable) raises, says how many lines it
+lost (`LogFileError.lost`) and leaves nothing buffered to resurface later; a line cut short by
+it is ended before the next record. What UTF-8 cannot encode (a lone surrogate the client sent
+inside a JSON string) is written as its JSON escape (`\ud800`), so the line stays valid JSON.
+Writes are synchronous on purpose: a batch is a few KB going to the page cache (microseconds),
+cheaper than a hop to a thread, and writing from the loop keeps lines in request-completion
+order with no lock (one asyncio process, one thread writing). There is no fsync (it would put a
+disk flush on every batch): a power loss may lose the last lines the OS had not written back.
 
 Rotation is size-based: when the next line would take the file past `rotate_mb`, `log` becomes
 `log.1`, `log.1` becomes `log.2`, ..., and `log.<keep>` is dropped. A fresh `log` is then opened.
@@ -22,17 +24,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Final, Self
 
-from decisionlog.records import RouteRecord, to_json
+from decisionlog.records import RouteRecord, to_json_line
 
 _ROTATED_SUFFIX: Final = re.compile(r"\.(\d+)$")
 
 
 class LogFileError(OSError):
-    """The decision log cannot be opened, written or rotated as configured."""
+    """The decision log cannot be opened, written or rotated as configured; `lost` lines were
+    not written."""
+
+    lost: int = 1
 
 
 class DecisionLog:
@@ -56,13 +61,41 @@ class DecisionLog:
         self._open()
 
     def write_record(self, record: RouteRecord) -> None:
-        self.write(to_json(record))
+        self._append(to_json_line(record))
+
+    def write_records(self, records: Sequence[RouteRecord]) -> None:
+        """Append the records in order, as few `write()` calls as rotation allows (one, mostly):
+        the proxy hands over what finished in one turn of its event loop. On a failure the lines
+        not written are counted in `LogFileError.lost`; none stay buffered."""
+        pending: list[bytes] = []
+        size = 0
+        done = 0
+        for index, record in enumerate(records):
+            line = to_json_line(record)
+            if pending and self._size + size + len(line) > self.max_bytes:
+                self._append_counting(b"".join(pending), len(records) - done)
+                done = index
+                pending, size = [], 0
+            pending.append(line)
+            size += len(line)
+        if pending:
+            self._append_counting(b"".join(pending), len(records) - done)
+
+    def _append_counting(self, data: bytes, remaining: int) -> None:
+        try:
+            self._append(data)
+        except LogFileError as exc:
+            exc.lost = remaining
+            raise
 
     def write(self, line: str) -> None:
         """Append one line (no newline inside it); rotate first if it would overflow the file."""
         if "\n" in line:
             raise ValueError("a decision-log line must not contain a newline")
-        data = (line + "\n").encode("utf-8", "backslashreplace")
+        self._append((line + "\n").encode("utf-8", "backslashreplace"))
+
+    def _append(self, data: bytes) -> None:
+        """Whole lines, newline-terminated, in one system call."""
         if self._cut_short:
             data = b"\n" + data
         if self._closed:

@@ -31,16 +31,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Final
+from typing import Final, NamedTuple
 
 # An in-flight request that has run past its predicted time is taken to need at least this
 # share of its prediction more (it is busy, not done).
 OVERRUN_SHARE: Final = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One request being served (or waiting) on an instance, as the router tracks it."""
+class InFlight(NamedTuple):
+    """One request being served (or waiting) on an instance, as the router tracks it (a named
+    tuple: every decision builds one per request in flight, ~4x cheaper than a frozen
+    dataclass)."""
 
     predicted_ms: float  # predicted prefill + decode time when it was routed
     elapsed_ms: float  # since it was sent

@@ -32,7 +32,7 @@ from router.learning import background_learner
 from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
-from router.sinks import RecordSink, SinkHealth
+from router.sinks import RecordQueue, RecordSink, SinkHealth
 from router.state import (
     ARMS,
     CONFIG,
@@ -40,6 +40,7 @@ from router.state import (
     ONLINE,
     POLICY,
     POOL,
+    RECORDS,
     SCORER,
     SESSION,
     SESSIONS,
@@ -89,6 +90,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[SINKS].extend(deps.sinks)
     # A sink that fails is counted on /metrics as well as reported on /readyz.
     app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
+    app[RECORDS] = RecordQueue(app[SINKS], app[SINK_HEALTH], interval_s=deps.record_interval_s)
     return app
 
 
@@ -126,6 +128,7 @@ async def _decision_log(app: web.Application) -> AsyncIterator[None]:
         yield
         if app[TASKS]:  # records still being settled are written before the log closes
             await asyncio.gather(*app[TASKS], return_exceptions=True)
+        app[RECORDS].flush()
 
 
 async def _reloader(app: web.Application) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Coroutine
 from typing import Any
@@ -33,7 +34,6 @@ from router.routing import (
     record_for,
     upstream_body,
 )
-from router.sinks import write_all
 
 ROUTED = {
     "/v1/chat/completions": "chat",
@@ -127,7 +127,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         strip_meta_info=tweaked.added_meta_info,
         keep_text_chars=CONTENT_CAP if config.log.content else 0,
     )
-    counters = await spec_counters.watch(app, primary)
+    counters = await spec_counters.watch(app, primary) if spec_counters.wanted(app, primary) else None
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
     result = ForwardResult(meter=StreamMeter(started_at=started,
                                              text_cap=options.keep_text_chars))
@@ -196,12 +196,12 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
                 plan.conversation, result.backend, result.profile,
                 result.meter.report.prompt_tokens or plan.features.prompt_tokens, now,
             )
-    record = record_for(
-        plan, result, started=started, ended=now, ts=deps.wall_clock(),
+    # The record is built and written with the others that finish within the next few ms
+    # (router/sinks.RecordQueue): the answer has left already.
+    app[state.RECORDS].put(functools.partial(
+        record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,
-    )
-    sinks = app[state.SINKS]
-    write_all(sinks, record, app[state.SINK_HEALTH])
+    ))
 
 
 async def models(request: web.Request) -> web.Response:

@@ -32,8 +32,9 @@ class BackendRuntime:
     running: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def queue(self, now: float) -> tuple[InFlight, ...]:
-        return tuple(InFlight(ms, max(0.0, now - sent) * 1000.0)
-                     for ms, sent in self.running.values())
+        # built for every request in flight on every decision: a list, not a generator
+        return tuple([InFlight(ms, (now - sent) * 1000.0 if now > sent else 0.0)
+                      for ms, sent in self.running.values()])
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -48,6 +49,7 @@ class BackendPool:
         pools: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
+        self._targets = {name: self._target(b.spec) for name, b in self._backends.items()}
         self._retry_after_s = retry_after_s
         self._tickets = count(1)
         # backend -> the named pools it belongs to (config.yaml `pools`)
@@ -74,7 +76,8 @@ class BackendPool:
         return any(b.healthy(now) for b in self._backends.values())
 
     def targets(self, names: Sequence[str]) -> list[Target]:
-        return [self._target(self._backends[n].spec) for n in names if n in self._backends]
+        targets = self._targets
+        return [targets[n] for n in names if n in targets]
 
     def set_health(self, name: str, healthy: bool, error: str = "") -> None:
         backend = self._backends[name]

@@ -33,17 +33,23 @@ class CounterWatch:
     ticket: int  # the instance's request count when we started
 
 
-async def watch(app: web.Application, backend: str) -> CounterWatch | None:
-    """Scrape before sending, when the engine has counters and the instance is idle."""
+def wanted(app: web.Application, backend: str) -> bool:
+    """Whether `watch` would scrape: the engine keeps counters and the instance is idle."""
     pool = app[POOL]
     if backend not in pool.names:
-        return None
+        return False
     runtime = pool.runtime(backend)
-    adapter = adapter_for(runtime.spec)
     if runtime.spec.profile != "mtp" or runtime.spec.engine in PER_RESPONSE_STATS:
-        return None  # a plain instance drafts nothing; these engines say it per response
-    if adapter.counters is None or runtime.inflight > 0:
+        return False  # a plain instance drafts nothing; these engines say it per response
+    return adapter_for(runtime.spec).counters is not None and runtime.inflight == 0
+
+
+async def watch(app: web.Application, backend: str) -> CounterWatch | None:
+    """Scrape before sending, when the engine has counters and the instance is idle."""
+    if not wanted(app, backend):
         return None
+    runtime = app[POOL].runtime(backend)
+    adapter = adapter_for(runtime.spec)
     before = await scrape_metrics(runtime.spec, adapter, app[SESSION], SCRAPE_TIMEOUT)
     if before is None:
         return None

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,7 +22,7 @@ from router.config import Config
 from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
-from router.sinks import RecordSink, SinkHealth
+from router.sinks import RecordQueue, RecordSink, SinkHealth
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,23 @@ class Deps:
 
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    new_request_id: Callable[[], str] = lambda: "req_" + uuid.uuid4().hex[:20]
+    new_request_id: Callable[[], str] = field(default_factory=lambda: request_ids())
     random: Callable[[], float] = field(default_factory=lambda: random.Random().random)
     count_tokens: TokenCounter | None = None  # None: loaded at start when config.tokenizer
     scorer: Scorer | None = None  # None: loaded from config.classifier
     sinks: tuple[RecordSink, ...] = field(default_factory=tuple)  # extra record sinks
     reload_interval_s: float = 1.0
+    # Records of finished requests are built and written in batches this often (0: each as its
+    # request finishes, as tests that read a record as soon as the answer is in want it).
+    record_interval_s: float = 0.02
     explore: bool = True  # False: no Thompson draw, the posterior median (benchmarks, tests)
+
+
+def request_ids() -> Callable[[], str]:
+    """`req_` and 80 random bits in hex, as uuid4 gave them, from a generator seeded once from
+    the OS: uuid4 reads the OS's random source on every call (a system call per request)."""
+    bits = random.Random(os.urandom(16)).getrandbits
+    return lambda: f"req_{bits(80):020x}"
 
 
 CONFIG = web.AppKey("config", Config)
@@ -52,6 +62,7 @@ SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
+RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
 ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 # work that must finish even if its request is cancelled

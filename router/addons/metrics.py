@@ -12,7 +12,7 @@ codes, HTTP statuses, the pools and arms the policy names); free text (error mes
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -43,6 +43,9 @@ class Metrics:
 
     def __init__(self, namespace: str = "specroute") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # (metric, label values) -> its child: prometheus_client validates and locks on every
+        # `labels()`; a record takes several. Bounded by the series that exist.
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         ns, reg = namespace, self.registry
         self.requests = Counter(
             "requests", "Requests by class, language, served profile, backend, reason, status",
@@ -95,23 +98,30 @@ class Metrics:
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)  # both series exist from the start
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, record: RouteRecord) -> None:
         cls, profile = record_class(record), record_profile(record)
         outcome = record.outcome
-        self.requests.labels(
-            cls, record_lang(record), profile, record_backend(record), record_reason(record),
-            str(outcome.status or "none"),
+        self._child(
+            self.requests, cls, record_lang(record), profile, record_backend(record),
+            record_reason(record), str(outcome.status or "none"),
         ).inc()
         if record.decision.get("explored"):
-            self.explored.labels(cls).inc()
+            self._child(self.explored, cls).inc()
         self.overhead.observe(max(record.overhead_ms, 0.0) / 1000.0)
         if outcome.ttft_ms is not None:
-            self.ttft.labels(profile, cls).observe(outcome.ttft_ms / 1000.0)
+            self._child(self.ttft, profile, cls).observe(outcome.ttft_ms / 1000.0)
         tps = record_tps(record)
         if tps is not None:
-            self.decode_tps.labels(profile, cls).observe(tps)
+            self._child(self.decode_tps, profile, cls).observe(tps)
         if outcome.completion_tokens:
-            self.completion_tokens.labels(profile, cls).inc(outcome.completion_tokens)
+            self._child(self.completion_tokens, profile, cls).inc(outcome.completion_tokens)
         acceptance = record.acceptance
         if acceptance is not None:
             self.acceptance.labels(cls).observe(acceptance)
@@ -120,7 +130,7 @@ class Metrics:
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
         pool = str(record.decision.get("pool") or profile)
-        self.arm_requests.labels(cls, pool, str(record.decision.get("arm") or pool)).inc()
+        self._child(self.arm_requests, cls, pool, str(record.decision.get("arm") or pool)).inc()
 
     def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
         self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)

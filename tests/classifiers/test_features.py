@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from classifiers.features import (
     FEATURE_NAMES,
@@ -117,3 +119,41 @@ INVOICE = [{"type": "function", "function": {"name": "generate_invoice", "descri
 )
 def test_tool_text_overlap(text: str, tools: list[dict[str, Any]], expected: float) -> None:
     assert _features(_user(text, tools=tools))["tool_text_overlap"] == expected
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.text(alphabet=st.sampled_from(list("abcIiYyou'lol OK.,!?-_\t\n1\"\u212a哈我呢é")), max_size=60))
+def test_text_features_read_ascii_and_other_text_alike(text: str) -> None:
+    """ASCII text takes a shortcut (no CJK scan, words by bytes.translate): the same numbers as
+    the patterns give on any text."""
+    import re
+
+    from classifiers import features as f
+
+    sample = text[: f.OVERLAP_TEXT_CAP].lower()
+    words = f._CASUAL_TOKEN.findall(sample)
+    casual = round(sum(w in f._CASUAL_WORDS for w in words) / len(words), 4) if words else 0.0
+    assert f.casual_word_share(text) == casual
+    cjk_sample = text[: f.TEXT_SAMPLE_CAP]
+    letters = len("".join(cjk_sample.split()))
+    cjk = round(len(f._CJK.findall(cjk_sample)) / letters, 4) if letters else 0.0
+    assert f.cjk_share(text) == cjk
+    lowered = text.lower()
+    han = "".join(re.findall("[\u4e00-\u9fff]", lowered))
+    expected = set(f._LATIN_WORD.findall(lowered)) | {han[i: i + 2] for i in range(len(han) - 1)}
+    assert f._words(text) == expected
+
+
+_CODE_BITS = ["def", "class", "import", "from", "x", "return", "if", "for", "while", "#include",
+              "public", "private", "func", "fn", "let", "const", "var", "SELECT", "CREATE",
+              "<div>", "<", "->", "=>", "==", "!=", "f(a)", "define", "letter", "Return", " ",
+              "\t", "\u3000", "\u00a0", ";", "{", "}", "(", ")", "=", ":", "#", "-", "a", "."]
+
+
+@settings(max_examples=2000, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_CODE_BITS), max_size=10).map("".join))
+def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: str) -> None:
+    from classifiers import features as f
+
+    if f._CODE_LINE.search(line):
+        assert f._may_be_code(line)

@@ -213,3 +213,42 @@ def test_the_shipped_model_itself_reads_agent_structure_as_agent() -> None:
     probabilities = scorer.probabilities(view, features)
     assert scorer.classes[int(np.argmax(probabilities))] == "agent"
     assert features.vector()[FEATURE_NAMES.index("agent_structure")] == 1.0
+
+
+def test_remembered_field_shares_score_as_a_fresh_scorer_does_and_stay_bounded() -> None:
+    """Each field text's share of the logits is remembered (an agent loop resends most fields):
+    a second request with the same fields and a new tail scores as a scorer seeing it first."""
+    scorer = load_artifact(DEFAULT_ARTIFACT)
+    turns = [{"messages": [{"role": "system", "content": "You are a coding agent."},
+                           {"role": "user", "content": "Fix the failing test in utils.py"},
+                           {"role": "assistant", "content": f"Looking at step {i}."},
+                           {"role": "tool", "content": f"result {i}: " + "ok " * i}],
+              "tools": _TOOLS} for i in range(3)]
+    for body in turns:
+        view = view_request("chat", body)
+        features = extract(view)
+        remembered, fresh = scorer.score(view, features), load_artifact(DEFAULT_ARTIFACT).score(view, features)
+        assert remembered.top_class == fresh.top_class
+        assert remembered.scores == pytest.approx(fresh.scores, abs=1e-6)
+        assert remembered.p_spec == pytest.approx(fresh.p_spec, abs=1e-6)
+    for i in range(200):  # new texts push old ones out: bounded
+        view = view_request("chat", {"messages": [{"role": "user", "content": f"question {i}"}]})
+        scorer.score(view, extract(view))
+    assert len(scorer.memo) == 64
+
+
+def test_serving_scores_match_the_plain_numpy_formula() -> None:
+    """The serving path (field by field, Python softmax) against the formula written plainly."""
+    from classifiers.model import numeric_row
+    from classifiers.ngrams import hashed
+
+    scorer = load_artifact(DEFAULT_ARTIFACT)
+    for content in ("hi there", "def f(x):\n    return x * 2\n", "写一首关于秋天的诗", "x" * 3000):
+        view = view_request("chat", {"messages": [{"role": "user", "content": content}]})
+        features = extract(view)
+        idx, weights = hashed(view, scorer.settings)
+        numeric = (numeric_row(features.vector()) - scorer.num_mean) / scorer.num_scale
+        logits = scorer.bias + numeric @ scorer.w_num + weights @ scorer.w_text[idx]
+        expected = np.exp(logits - logits.max())
+        expected /= expected.sum()
+        assert np.allclose(scorer.probabilities(view, features), expected, atol=1e-5)

@@ -44,3 +44,40 @@ def test_readers_skip_and_count_what_they_cannot_read() -> None:
     assert stats.skipped_versions == {99: 1}
     assert stats.skipped_malformed == 4
     assert "schema_version 99" in stats.summary()
+
+
+def _standard(record: RouteRecord) -> object:
+    """What the standard encoder made of a record before orjson wrote the fast path."""
+    from decisionlog.records import _as_data, _standard_line
+
+    return json.loads(_standard_line(_as_data(record)))
+
+
+def test_the_fast_line_holds_what_the_standard_encoder_writes() -> None:
+    from dataclasses import replace
+
+    class Wrapped(float):  # numpy's float64 is a float subclass
+        pass
+
+    cases = [
+        RECORD,
+        replace(RECORD, features={"temperature": 1e-05, "big": 10**30, "x": Wrapped(0.25)}),
+        replace(RECORD, model="m\ud800"),  # a lone surrogate: json escapes it, orjson refuses
+        replace(RECORD, model="é" * 5000),  # capped, not ASCII
+        replace(RECORD, decision={"finish_ms": {"a": 1.5}, "when": object()}),  # str() of the rest
+    ]
+    for record in cases:
+        line = to_json(record)
+        assert json.loads(line) == _standard(record)
+    assert json.loads(to_json(cases[1]))["features"]["x"] == 0.25  # a number, not "0.25"
+
+
+def test_a_non_finite_number_is_written_as_the_standard_encoder_writes_it() -> None:
+    from dataclasses import replace
+
+    for value in (float("nan"), float("inf"), -float("inf")):
+        record = replace(RECORD, features={"temperature": value, "nested": [{"x": value}]})
+        features = json.loads(to_json(record))["features"]
+        # orjson would write null, and readers would read None where the proxy saw a number
+        assert repr(features["temperature"]) == repr(value)
+        assert repr(features["nested"][0]["x"]) == repr(value)

@@ -144,3 +144,21 @@ def test_every_string_in_a_line_is_capped() -> None:
     line = to_json(make_record(request_id="r" * 100_000))
     assert len(line) < 2 * STRING_CAP
     assert json.loads(line)["request_id"].startswith("r" * STRING_CAP)
+
+
+def test_a_batch_is_written_whole_and_in_order_across_rotations(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    with DecisionLog(path, rotate_mb=2.5 * LINE_BYTES / (1024 * 1024), keep=10) as log:
+        log.write_records([make_record(request_id=f"r{i:03}") for i in range(7)])
+        log.write_records([])
+        log.write_records([make_record(request_id="r007")])
+        assert log.rotations == 3  # 2 lines per file: rotated before lines 3, 5 and 7
+    ids = [r.request_id for r in iter_log_records(rotated_set(path))]
+    assert ids == [f"r{i:03}" for i in range(8)]
+    assert all(len(p.read_bytes()) <= 2.5 * LINE_BYTES for p in rotated_set(path))
+
+
+def test_a_batch_that_cannot_be_written_says_how_many_lines_were_lost(tmp_path: Path) -> None:
+    with DecisionLog("/dev/full") as log, pytest.raises(LogFileError, match="No space") as caught:
+        log.write_records([make_record(request_id=f"r{i:03}") for i in range(5)])
+    assert caught.value.lost == 5

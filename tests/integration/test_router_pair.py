@@ -46,7 +46,8 @@ async def routed(pair: Pair, aiohttp_server: ServerFactory, tmp_path: Path
                     limits=Limits(connect_timeout_s=2.0))
     records = ListSink()
     offset = [0.0]
-    deps = Deps(sinks=(records,), explore=False, clock=lambda: time.monotonic() + offset[0])
+    deps = Deps(sinks=(records,), explore=False, clock=lambda: time.monotonic() + offset[0],
+                record_interval_s=0.0)
     proxy = await aiohttp_server(create_app(config, deps=deps))
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key="sk-x",
                                 max_retries=0)

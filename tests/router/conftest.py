@@ -78,6 +78,7 @@ async def start_stack(
     admin_token: str = "",
     log_path: str | None = None,
     log_rotate_mb: float = 100.0,
+    record_interval_s: float = 0.0,
 ) -> Stack:
     """`shipped_scorer`: the trained artifact and the DeepSeek tokenizer, as `serve` runs them
     (default: the rules and no tokenizer, whose verdicts routing tests can predict)."""
@@ -108,8 +109,10 @@ async def start_stack(
         **extra,
     )
     sink = ListSink()
-    # No exploration: tests assert where requests go (exploration has its own tests).
-    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,), explore=False)))
+    # No exploration: tests assert where requests go (exploration has its own tests). Each record
+    # written as its request finishes unless asked: tests read them as soon as the answer is in.
+    proxy = await aiohttp_server(create_app(config, deps=Deps(
+        sinks=(sink,), explore=False, record_interval_s=record_interval_s)))
     return Stack(proxy, mtp, plain, sink, config, mtp_server, plain_server)
 
 

@@ -74,7 +74,8 @@ class LiveStack:
             limits=Limits(max_body_mb=4, connect_timeout_s=2.0),
             supervisor=SupervisorConfig(log_dir=str(self.tmp / "backends"), startup_probe=False),
         )
-        app = create_app(config, deps=Deps(sinks=(self.sink,), explore=False))
+        app = create_app(config, deps=Deps(sinks=(self.sink,), explore=False,
+                                           record_interval_s=0.0))
         _, self.port, stop = await start_site(app)
         self._stops.insert(0, stop)
 

@@ -142,3 +142,25 @@ async def _sinks(stack: Stack) -> dict[str, dict[str, object]]:
         session.get(f"http://127.0.0.1:{stack.proxy.port}/readyz") as response,
     ):
         return dict((await response.json())["record_sinks"])
+
+
+async def test_records_batched_over_the_serving_interval_are_all_logged_in_order(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    from router.state import Deps
+
+    stack = await start_stack(aiohttp_server, tmp_path,
+                              record_interval_s=Deps().record_interval_s)
+    async with stack.client() as client:
+        ids = []
+        for i in range(6):
+            raw = await client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+                **_chat(i, stream=i % 2 == 0))
+            ids.append(raw.headers["x-specroute-request-id"])
+            if i % 2 == 0:
+                async for _ in raw.parse():
+                    pass
+    records = await stack.logged(6)
+    assert [r.request_id for r in records] == ids
+    lines = Path(stack.config.log.path).read_text().splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == ids

@@ -99,3 +99,45 @@ def test_a_policy_edit_keeps_what_was_learned_online_and_applies_the_new_prior(
     assert store.reload_if_changed(now=1.0)
     assert online.model.prior.name == "local-pair"
     assert online.model.evidence is not before and online.model.evidence.greedy == before.greedy
+
+
+def test_a_batch_of_records_teaches_what_the_same_records_teach_one_by_one(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text(), encoding="utf-8")
+    records = [_record(i, "mtp" if i % 2 else "plain", 10.0 if i % 2 else 14.7) for i in range(10)]
+    one_by_one, batched = OnlineModel(PolicyStore(policy)), OnlineModel(PolicyStore(policy))
+    for record in records:
+        one_by_one.write_record(record)
+    batched.write_records(records[:1])  # the first builds the model, the rest are one batch
+    batched.write_records(records[1:])
+    assert batched.online_records == one_by_one.online_records == 10
+    assert batched.model.evidence.greedy.n == one_by_one.model.evidence.greedy.n == 5
+    x = _code_inputs()
+    assert batched.model.speedup(x, True) == one_by_one.model.speedup(x, True)
+
+
+def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
+    """What the online part keeps to re-apply after a reload (packed, to stay small) teaches
+    after the reload what the same records teach a model that saw them after it."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text(), encoding="utf-8")
+    store = PolicyStore(policy)
+    online = OnlineModel(store)
+    records = [replace(_record(i, "mtp" if i % 2 else "plain", 10.0 + i if i % 2 else 14.7),
+                       features={"temperature": 0.0, "thinking_unset": True, "code_fences": i % 3,
+                                 "prompt_tokens": 100 * i, "n_messages": i})
+               for i in range(10)]
+    assert online.model  # built before the records arrive: they are observed as they come
+    online.write_records(records)
+    learned = [observation_from_record(r) for r in records[:4]]
+    state = replace(EMPTY_STATE, evidence=gather([o for o in learned if o], store.policy.assume))
+    write_learned(learned_path_for(policy), state)
+    assert store.reload_if_changed(now=1.0)
+    after = OnlineModel(PolicyStore(policy))  # the new file from the start, then the rest
+    assert after.model
+    after.write_records(records[4:])
+    x = _code_inputs()
+    assert online.model  # the reload is taken up when the model is next asked for
+    assert online.online_records == after.online_records == 6
+    assert online.model.speedup(x, True) == after.model.speedup(x, True)
+    assert online.model.evidence.greedy.n == after.model.evidence.greedy.n

@@ -164,7 +164,8 @@ async def start_ds4(
     )
     sink = ListSink()
     turns = iter(draws or [])
-    deps = Deps(sinks=(sink,), explore=draws is not None, random=lambda: next(turns))
+    deps = Deps(sinks=(sink,), explore=draws is not None, random=lambda: next(turns),
+                record_interval_s=0.0)
     proxy = await aiohttp_server(create_app(config, deps=deps))
     return Ds4Stack(proxy, mtp, plain, sink, policy)
 
