@@ -56,6 +56,7 @@ def collect(log: Log = lambda _: None, pkg_dir: Path | None = None) -> list[Row]
         + derived.json_mode(questions, limit=500)
         + derived.chat_with_tools(casual, tool_rows + glaive, limit=500)
         + derived.chat_with_tools(questions, tool_rows + glaive, limit=400)
+        + derived.after_small_talk(questions + code + writing, casual, limit=600)
         + derived.zh_code(code, limit=300)
         + derived.bare_stubs(code, limit=400)
         + derived.with_generic_system(real, per_class=300)

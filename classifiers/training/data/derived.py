@@ -6,6 +6,9 @@ same split) and is tagged `derived`, or `synthetic` when its last user turn is o
 - agentic coding: a long harness system prompt and file tools around real code tasks and issues;
 - JSON mode: real questions asked with `response_format` (a JSON reply, labelled `code`);
 - tools attached to chat turns (still `chat`), and "thanks" after a finished tool loop;
+- real questions, code asks and writing asks after a real stretch of small talk: the last turn
+  decides, not the length of the conversation (a model that saw long histories only on chat
+  reads "can you explain X?" in turn five as chat);
 - a generic system prompt ("You are a helpful assistant.") before real requests of every class:
   most real traffic has one, and a model that saw system prompts mostly on technical rows
   reads any system prompt as technical.
@@ -194,4 +197,26 @@ def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) 
         if donor.source != row.source:
             derived = replace(derived, also_from=(donor.source,))
         out.append(derived)
+    return out
+
+
+def after_small_talk(asks: Sequence[Row], chats: Sequence[Row], limit: int) -> list[Row]:
+    """Single-turn asks put after the history of a real multi-turn casual conversation in the
+    same language; the ask's class, language and family stay (the history is the chat's)."""
+    histories: dict[str, list[Row]] = {}
+    for row in chats:
+        messages = row.request["messages"]
+        if row.label == "chat" and len(messages) >= 3 and messages[-2].get("role") == "assistant":
+            histories.setdefault("zh" if row.lang == "zh" else "en", []).append(row)
+    single = [r for r in asks if r.label != "chat" and len(r.request["messages"]) == 1]
+    out = []
+    for n, ask in enumerate(pick(single, limit, "after_small_talk")):
+        pool = histories.get("zh" if ask.lang == "zh" else "en")
+        if not pool:
+            continue
+        talk = pool[(n * 7919) % len(pool)]
+        messages = [*_messages(talk)[:-1], *_messages(ask)]
+        derived = _derive(ask, "after_talk", ask.label, {**ask.request, "messages": messages})
+        out.append(replace(derived, also_from=(talk.source,)) if talk.source != ask.source
+                   else derived)
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from classifiers.training.data import derived
-from classifiers.training.data.rows import Row, chat, system, user
+from classifiers.training.data.rows import Row, assistant, chat, system, user
 
 
 def _row(i: int, label: str, lang: str = "en", messages: list[dict[str, str]] | None = None,
@@ -51,3 +51,19 @@ def test_tools_given_to_a_chat_turn_record_the_package_they_came_from() -> None:
     out = derived.chat_with_tools(chats, [donor], limit=4)
     assert len(out) == 4 and all(r.label == "chat" and r.request["tools"] for r in out)
     assert all(r.also_from == ("toolpkg",) and r.comes_from("toolpkg") for r in out)
+
+
+def test_asks_after_small_talk_keep_their_class_and_take_a_same_language_history() -> None:
+    talk = [replace(_row(i, "chat", messages=[user("hey"), assistant("hi!"), user("how's it going")]),
+                    source="talkpkg") for i in range(2)]
+    talk_zh = [replace(_row(5, "chat", "zh", messages=[user("你好"), assistant("你好呀"), user("在吗")]),
+                       source="talkpkg")]
+    asks = [_row(10, "technical"), _row(11, "code"), _row(12, "prose", "zh", [user("写一首诗")]),
+            _row(13, "chat"), _row(14, "technical", messages=[system("be brief"), user("why?")])]
+    out = derived.after_small_talk(asks, talk + talk_zh, limit=10)
+    assert sorted(r.label for r in out) == ["code", "prose", "technical"]  # not chat, not multi-message
+    for row in out:
+        messages = row.request["messages"]
+        assert messages[-2] == assistant("hi!" if row.lang == "en" else "你好呀")
+        assert messages[-1] == next(a for a in asks if a.id == row.id.split("#")[0]).request["messages"][0]
+        assert row.also_from == ("talkpkg",) and row.provenance == "derived"

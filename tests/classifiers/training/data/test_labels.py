@@ -33,8 +33,8 @@ from classifiers.training.data.sources_tools import label_by_reply
         ("hello! what's your name?", "technical", "chat"),
         ("你好，请问一下在阿里云CPU服务器上跑可以吗？比较理想的cpu配置是什么？", "chat", "technical"),
         ("hey, how do I mount a USB drive on Debian?", "chat", "technical"),
-        ("对话到第二次的时候就报错UnicodeDecodeError，对话第一次是没问题的，模型返回输出后又给到请输入你的问题，"
-         "我再输入问题就报错", "chat", "technical"),
+        (("对话到第二次的时候就报错UnicodeDecodeError，对话第一次是没问题的，模型返回输出后又给到请输入你的"
+          "问题，我再输入问题就报错"), "chat", "technical"),
         ("Are you broken?", "technical", "chat"),
         ("mmm", "chat", "chat"),
         ("mmm", "technical", "technical"),
