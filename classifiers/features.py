@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from classifiers.request_view import RequestView
 
-FEATURE_SCHEMA_VERSION: Final = 4
+FEATURE_SCHEMA_VERSION: Final = 5
 
 # Characters tokenized to estimate the tokens-per-character ratio: tokenizing costs ~0.5 us a
 # character, so the sample is small (it only estimates a ratio; the hot path has ~0.3 ms).
@@ -71,6 +71,12 @@ _CASUAL_WORDS: Final = frozenset({
 _CASUAL_ASCII: Final = bytes(c if chr(c).isascii() and (chr(c).islower() or chr(c) == "'") else 32
                              for c in range(256))
 _CASUAL_WORDS_ASCII: Final = frozenset(w.encode() for w in _CASUAL_WORDS if w.isascii())
+_EXCLAMATION = re.compile(r"!+(?=\s|$|[\"')\]])|！")
+_LAUGHTER = re.compile(
+    r"\b(lol|lmao|rofl|omg|xd|ha(ha)+h?|he(he)+|hah)\b|(?<![\w:])[:;]-?[)(DPp](?!\w)|\^_\^|"
+    r"哈哈|呵呵|嘿嘿|嘻嘻|\(\^|😂|😄|😊|🤣",
+    re.IGNORECASE,
+)
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 _CODE_LINE = re.compile(
     r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
@@ -129,6 +135,11 @@ class Features:
     # interjections or casual particles ("I", "you", "lol", "haha", "哈哈", "呢"); small talk is
     # about the speakers, an explanation about a subject, whatever the source.
     casual_word_share: float = 0.0
+    # More marks of spoken register, outside fenced code: an exclamation ("so cool!", "太好了！"),
+    # and laughter or an emoticon ("haha", "lol", ":)", "哈哈"). Questions and requests for an
+    # explanation rarely carry either, whatever their source.
+    exclaims: bool = False
+    laughs: bool = False
 
     def as_dict(self) -> dict[str, float | int | bool]:
         # not dataclasses.asdict: it deep-copies each number, on every request
@@ -229,6 +240,8 @@ def extract(
         indented_line_share=_indented_line_share(text),
         starts_with_code=bool(_CODE_START.match(text[:CODE_LINE_CAP])),
         casual_word_share=casual_word_share(text),
+        exclaims=exclaims(text),
+        laughs=laughs(text),
     )
 
 
@@ -281,6 +294,19 @@ def casual_word_share(text: str) -> float:
         return 0.0
     casual = sum(map(_CASUAL_WORDS.__contains__, words))
     return round(casual / len(words), 4)
+
+
+def exclaims(text: str) -> bool:
+    """An exclamation mark that ends a sentence (not `!=` or `!x` in code), outside fences."""
+    sample = text[:OVERLAP_TEXT_CAP]
+    if "!" not in sample and "！" not in sample:
+        return False
+    return bool(_EXCLAMATION.search(strip_fences(sample)))
+
+
+def laughs(text: str) -> bool:
+    """Laughter or an emoticon in the ask (outside fences)."""
+    return bool(_LAUGHTER.search(strip_fences(text[:OVERLAP_TEXT_CAP])))
 
 
 def strip_fences(text: str) -> str:

@@ -97,7 +97,7 @@ def test_vector_order_and_schema() -> None:
     features = extract(view_request("chat", _user("hi")))
     assert len(features.vector()) == len(FEATURE_NAMES)
     assert list(features.as_dict()) == list(FEATURE_NAMES)
-    assert FEATURE_SCHEMA_VERSION == 4
+    assert FEATURE_SCHEMA_VERSION == 5
     assert FEATURE_NAMES[-1] == "agent_structure"  # derived: the model reads it too
 
 
@@ -157,3 +157,21 @@ def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: st
 
     if f._CODE_LINE.search(line):
         assert f._may_be_code(line)
+
+
+@pytest.mark.parametrize(
+    ("text", "exclaim", "laugh"),
+    [
+        ("so cool!", True, False),
+        ("太好了！", True, False),
+        ("haha that's so true", False, True),
+        ("lol ok :)", False, True),
+        ("哈哈，你真逗", False, True),
+        ("if a != b: return x", False, False),
+        ("Fix this:\n```js\nif (!ok) { alert('!') }\n```", False, False),
+        ("Explain how a shallow copy works (C:\\Users path)", False, False),
+    ],
+)
+def test_spoken_register_marks(text: str, exclaim: bool, laugh: bool) -> None:
+    features = extract(view_request("chat", {"messages": [{"role": "user", "content": text}]}))
+    assert (features.exclaims, features.laughs) == (exclaim, laugh)
