@@ -49,6 +49,8 @@ def merge(old: UpstreamReport, new: UpstreamReport) -> UpstreamReport:
     """`new`'s values where it has them, `old`'s elsewhere."""
     if new is EMPTY:  # most SSE chunks say nothing about the request: once per chunk, cheap
         return old
+    if old is EMPTY:  # the first report of a request (a whole non-stream answer's usage)
+        return new
     changes = {
         name: getattr(new, name) for name in _REPORT_FIELDS if getattr(new, name) not in (None, "")
     }

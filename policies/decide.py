@@ -23,7 +23,7 @@ from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.finish import Candidate, InFlight, queued_ms, soonest
+from policies.finish import Candidate, InFlight, Queued, queued_ms, soonest
 from policies.routemodel import RouteModel
 from policies.schema import Policy, Profile, Route
 from policies.sessions import Held
@@ -43,6 +43,14 @@ class BackendState:
     inflight: int = 0
     queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
     pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
+    # `queue` as the rule uses it, when the caller summed it up already (the proxy's pool
+    # does, from its in-flight table); None: computed from `queue`
+    queued: Queued | None = None
+
+    def work(self) -> Queued:
+        if self.queued is not None:
+            return self.queued
+        return Queued(len(self.queue), queued_ms(self.queue))
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +211,9 @@ def candidate(
         median, drawn = t_plain / speedup.sample(0.0), t_plain / speedup.sample(z)
     else:
         median = drawn = t_plain
-    return Candidate(b.name, b.profile, queued_ms(b.queue), prefill, median, drawn,
-                     waiting=len(b.queue))
+    work = b.work()
+    return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
+                     waiting=work.requests)
 
 
 def failover_order(

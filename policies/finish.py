@@ -28,8 +28,9 @@ no clock, no machine constant).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from statistics import NormalDist
 from typing import Final, NamedTuple
 
@@ -47,6 +48,14 @@ class InFlight(NamedTuple):
     elapsed_ms: float  # since it was sent
 
 
+class Queued(NamedTuple):
+    """The work on an instance as the rule uses it: the requests there now and the work they
+    leave ahead of a new one (`queued_ms`)."""
+
+    requests: int
+    work_ms: float
+
+
 def queued_ms(inflight: Sequence[InFlight]) -> float:
     """Work ahead on an instance that serves one request at a time, oldest first: what is left
     of the oldest request, then the whole predicted time of the others."""
@@ -56,6 +65,23 @@ def queued_ms(inflight: Sequence[InFlight]) -> float:
     head = ordered[0]
     left = max(head.predicted_ms - head.elapsed_ms, OVERRUN_SHARE * head.predicted_ms)
     return left + sum(f.predicted_ms for f in ordered[1:])
+
+
+def queued_work(running: Collection[tuple[float, float]], now: float) -> Queued:
+    """`queued_ms` of the requests in flight given as (predicted ms, sent at), without an
+    `InFlight` per request and a sort: a decision under load reads every instance's queue.
+    The same work up to float rounding (the others' sum is taken whole, less the head)."""
+    if not running:
+        return Queued(0, 0.0)
+
+    def elapsed_ms(request: tuple[float, float]) -> float:
+        sent = request[1]
+        return (now - sent) * 1000.0 if now > sent else 0.0
+
+    head = max(running, key=elapsed_ms)  # the oldest; of equals, the first (as `queued_ms`)
+    predicted, elapsed = head[0], elapsed_ms(head)
+    left = max(predicted - elapsed, OVERRUN_SHARE * predicted)
+    return Queued(len(running), left + (math.fsum(map(_PREDICTED, running)) - predicted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +124,15 @@ def soonest(
     requests expected to queue behind it (Thompson draw, regret-bounded)."""
     if not candidates:
         return None
-    cost = {c.name: c.cost_ms(tokens) for c in candidates}
-    # ties go to a plain instance (a draft costs power for nothing), then by name
-    best = min(candidates, key=lambda c: (cost[c.name], c.profile != "plain", c.name))
-    drawn = min(candidates, key=lambda c: (c.cost_ms(tokens, sampled=True),
-                                           c.profile != "plain", c.name))
+    # each candidate's costs computed once; ties go to a plain instance (a draft costs power
+    # for nothing), then by name
+    ranked = [((c.cost_ms(tokens), c.profile != "plain", c.name),
+               (c.cost_ms(tokens, sampled=True), c.profile != "plain", c.name), c)
+              for c in candidates]
+    best_mean, _, best = min(ranked, key=_MEAN)
+    drawn_mean, _, drawn = min(ranked, key=_DRAWN)
     finish = {c.name: c.finish_ms(tokens) for c in candidates}
-    if drawn.name != best.name and _regret(cost[drawn.name], cost[best.name]) <= max_regret:
+    if drawn.name != best.name and _regret(drawn_mean[0], best_mean[0]) <= max_regret:
         return Choice(drawn, True, finish)
     return Choice(best, False, finish)
 
@@ -115,8 +143,14 @@ def _regret(chosen_ms: float, best_ms: float) -> float:
     return chosen_ms / best_ms - 1.0
 
 
+_STANDARD_NORMAL: Final = NormalDist()  # immutable
+_MEAN: Final = itemgetter(0)
+_PREDICTED: Final = itemgetter(0)
+_DRAWN: Final = itemgetter(1)
+
+
 def normal_draw(uniform: float | None) -> float:
     """A standard normal draw from a uniform one (None: 0, the median)."""
     if uniform is None:
         return 0.0
-    return NormalDist().inv_cdf(min(max(uniform, 1e-9), 1.0 - 1e-9))
+    return _STANDARD_NORMAL.inv_cdf(min(max(uniform, 1e-9), 1.0 - 1e-9))

@@ -48,31 +48,34 @@ FEATURE_SD: Final = 0.05
 
 def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> Vector:
     """The model's input for one request, from the features and class scores as logged."""
-
-    def num(name: str) -> float:
-        value = features.get(name, 0)
-        return float(value) if isinstance(value, int | float) else 0.0
-
-    probabilities = dict(scores or {})
-    total = sum(probabilities.get(c, 0.0) for c in CLASSES)
-    share = [probabilities.get(c, 0.0) / total if total > 0 else 1.0 / len(CLASSES)
-             for c in CLASSES]
-    tools = num("n_tools") > 0
-    history = bool(features.get("history_has_tool")) or bool(features.get("last_role_tool"))
+    # Runs on every routing decision and every record the online model learns from: plain
+    # lookups, no closures or intermediate dicts.
+    get = features.get
+    probabilities = scores or {}
+    raw = [probabilities.get(c, 0.0) for c in CLASSES]
+    total = sum(raw)
+    share = [p / total for p in raw] if total > 0 else [1.0 / len(CLASSES)] * len(CLASSES)
+    tools = _num(get("n_tools", 0)) > 0
+    last_tool = bool(get("last_role_tool"))
+    history = bool(get("history_has_tool")) or last_tool
     values = [
         1.0, *share,
         float(tools),
         float(history),
         float(tools and history),
-        float(bool(features.get("last_role_tool"))),
-        min(num("code_fences"), 3.0) / 3.0,
-        min(max(num("code_line_share"), 0.0), 1.0),
-        min(max(num("cjk_share"), 0.0), 1.0),
-        float(bool(features.get("json_mode"))),
-        math.log1p(max(num("prompt_tokens"), 0.0)) / 10.0,
-        min(num("n_messages"), 20.0) / 20.0,
+        float(last_tool),
+        min(_num(get("code_fences", 0)), 3.0) / 3.0,
+        min(max(_num(get("code_line_share", 0)), 0.0), 1.0),
+        min(max(_num(get("cjk_share", 0)), 0.0), 1.0),
+        float(bool(get("json_mode"))),
+        math.log1p(max(_num(get("prompt_tokens", 0)), 0.0)) / 10.0,
+        min(_num(get("n_messages", 0)), 20.0) / 20.0,
     ]
     return np.array(values, dtype=np.float64)
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def class_inputs(cls: str) -> Vector:

@@ -15,7 +15,7 @@ from itertools import count
 from backends.spec import BackendSpec
 from backends.upstream import Target
 from policies.decide import BackendState
-from policies.finish import InFlight
+from policies.finish import queued_work
 
 
 @dataclass(slots=True)
@@ -30,11 +30,6 @@ class BackendRuntime:
     started: int = 0  # requests ever sent here (tells whether two requests overlapped)
     # ticket -> (predicted service ms, when it was sent): the queue the finish rule prices
     running: dict[int, tuple[float, float]] = field(default_factory=dict)
-
-    def queue(self, now: float) -> tuple[InFlight, ...]:
-        # built for every request in flight on every decision: a list, not a generator
-        return tuple([InFlight(ms, (now - sent) * 1000.0 if now > sent else 0.0)
-                      for ms, sent in self.running.values()])
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -67,8 +62,10 @@ class BackendPool:
 
     def states(self, now: float) -> list[BackendState]:
         return [
-            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight, b.queue(now),
-                         self._pools[b.spec.name])
+            # every decision reads every instance's queue: summed up here, not one object per
+            # request in flight
+            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight,
+                         pools=self._pools[b.spec.name], queued=queued_work(b.running.values(), now))
             for b in self._backends.values()
         ]
 

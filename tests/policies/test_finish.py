@@ -4,8 +4,10 @@ request expected to queue behind it (as many as the instance holds now)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from policies.finish import Candidate, InFlight, queued_ms, soonest
+from policies.finish import Candidate, InFlight, Queued, queued_ms, queued_work, soonest
 
 TOKENS = 64.0
 
@@ -70,3 +72,19 @@ def test_the_queue_is_the_oldest_requests_remainder_then_the_others_whole() -> N
     assert queued_ms(queue) == pytest.approx(1700.0 + 1000.0)
     overrun = [InFlight(predicted_ms=1000.0, elapsed_ms=5000.0)]
     assert queued_ms(overrun) == pytest.approx(200.0)  # busy, not done
+
+
+_RUNNING = st.lists(st.tuples(st.floats(0.0, 1e6), st.floats(0.0, 100.0)), max_size=40)
+
+
+@given(_RUNNING, st.floats(0.0, 100.0))
+def test_the_pools_summary_of_its_in_flight_table_is_the_same_work(
+    running: list[tuple[float, float]], now: float
+) -> None:
+    """`queued_work` over (predicted ms, sent at) as the proxy's pool keeps them: the request
+    count and `queued_ms` of the same requests seen at `now` (sent later than `now`: 0 ms in)."""
+    inflight = [InFlight(ms, (now - sent) * 1000.0 if now > sent else 0.0) for ms, sent in running]
+    work = queued_work(running, now)
+    assert work.requests == len(running)
+    assert work.work_ms == pytest.approx(queued_ms(inflight), rel=1e-9, abs=1e-6)
+    assert queued_work([], now) == Queued(0, 0.0)
