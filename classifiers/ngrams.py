@@ -10,7 +10,6 @@ start of the system prompt and the tool names; never the whole body.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,15 +76,12 @@ def seeded_fields(view: RequestView, settings: HashSettings) -> tuple[tuple[int,
     return tuple(zip(seeds, fields(view, settings)))
 
 
-def hashed(
-    view: RequestView, settings: HashSettings, memo: FieldMemo | None = None
-) -> tuple[IntArray, FloatArray]:
-    """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field)).
-    `memo` (optional) remembers the fields of recent requests; the result is the same."""
+def hashed(view: RequestView, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+    """Bucket indices of every n-gram and the weight of each (1/sqrt(n-grams in its field))."""
     indices: list[IntArray] = []
     weights: list[FloatArray] = []
     for seed, text in seeded_fields(view, settings):
-        idx, weight = memo.field(seed, text, settings) if memo is not None else _field(seed, text, settings)
+        idx, weight = field_weights(seed, text, settings)
         if idx.size:
             indices.append(idx)
             weights.append(weight)
@@ -95,40 +91,10 @@ def hashed(
 
 
 def field_weights(seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
-    """One field's bucket indices and their weights (what `hashed` concatenates)."""
-    return _field(seed, text, settings)
-
-
-def _field(seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
+    """One field's bucket indices and their weights (what `hashed` concatenates; the serving
+    scorer remembers their product with its weights per field text)."""
     idx = field_indices(text, seed, settings)
     return idx, np.full(idx.size, 1.0 / np.sqrt(idx.size) if idx.size else 0.0, dtype=np.float32)
-
-
-class FieldMemo:
-    """The indices and weights of the last few field texts, owned by the caller (a scorer keeps
-    one; no global). An agent loop resends the same system prompt, tool names and last user
-    turn with every tool result: only the context's tail is new. Bounded: `size` texts of at
-    most a few thousand characters each (~50 KB of arrays per entry at most)."""
-
-    def __init__(self, size: int = 64) -> None:
-        self._size = size
-        self._entries: OrderedDict[tuple[int, str, HashSettings], tuple[IntArray, FloatArray]] = (
-            OrderedDict()
-        )
-
-    def field(self, seed: int, text: str, settings: HashSettings) -> tuple[IntArray, FloatArray]:
-        key = (seed, text, settings)
-        found = self._entries.get(key)
-        if found is not None:
-            self._entries.move_to_end(key)
-            return found
-        idx, weight = _field(seed, text, settings)
-        idx.setflags(write=False)  # shared by every request with this text
-        weight.setflags(write=False)
-        self._entries[key] = (idx, weight)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-        return idx, weight
 
 
 def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:

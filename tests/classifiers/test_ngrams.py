@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from classifiers.ngrams import FieldMemo, HashSettings, field_indices, fields, hashed
+from classifiers.ngrams import HashSettings, field_indices, fields, hashed
 from classifiers.request_view import view_request
 
 SETTINGS = HashSettings()
@@ -47,20 +47,3 @@ def test_tool_names_are_a_field() -> None:
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
     plain, with_tools = _view("hi"), _view("hi", tools=tools)
     assert hashed(with_tools, SETTINGS)[0].size > hashed(plain, SETTINGS)[0].size  # type: ignore[arg-type]
-
-
-def test_the_field_memo_gives_the_same_indices_and_weights_and_stays_bounded() -> None:
-    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
-    memo = FieldMemo(size=3)
-    for turn in ("fix the test", "fix the test", "now run it", "日本語のテキスト"):
-        view = view_request("chat", {"tools": tools, "messages": [
-            {"role": "system", "content": "You are an agent."},
-            {"role": "user", "content": "earlier"}, {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": turn}]})
-        fresh, remembered = hashed(view, SETTINGS), hashed(view, SETTINGS, memo)  # type: ignore[arg-type]
-        assert np.array_equal(fresh[0], remembered[0])
-        assert np.array_equal(fresh[1], remembered[1])
-        assert len(memo._entries) <= 3
-    # the arrays it keeps are shared between requests: nobody may change them in place
-    kept_idx, _ = memo.field(2, "You are an agent.", SETTINGS)
-    assert not kept_idx.flags.writeable
