@@ -59,29 +59,23 @@ class Queued(NamedTuple):
 def queued_ms(inflight: Sequence[InFlight]) -> float:
     """Work ahead on an instance that serves one request at a time, oldest first: what is left
     of the oldest request, then the whole predicted time of the others."""
-    if not inflight:
-        return 0.0
-    ordered = sorted(inflight, key=lambda f: -f.elapsed_ms)
-    head = ordered[0]
-    left = max(head.predicted_ms - head.elapsed_ms, OVERRUN_SHARE * head.predicted_ms)
-    return left + sum(f.predicted_ms for f in ordered[1:])
+    return _work_ahead([f.predicted_ms for f in inflight], [f.elapsed_ms for f in inflight])
 
 
 def queued_work(running: Collection[tuple[float, float]], now: float) -> Queued:
-    """`queued_ms` of the requests in flight given as (predicted ms, sent at), without an
-    `InFlight` per request and a sort: a decision under load reads every instance's queue.
-    The same work up to float rounding (the others' sum is taken whole, less the head)."""
-    if not running:
-        return Queued(0, 0.0)
+    """`queued_ms` of the requests in flight given as (predicted ms, sent at), as the proxy's
+    pool keeps them (no `InFlight` per request: a decision under load reads every queue)."""
+    predicted = [ms for ms, _ in running]
+    elapsed = [(now - sent) * 1000.0 if now > sent else 0.0 for _, sent in running]
+    return Queued(len(predicted), _work_ahead(predicted, elapsed))
 
-    def elapsed_ms(request: tuple[float, float]) -> float:
-        sent = request[1]
-        return (now - sent) * 1000.0 if now > sent else 0.0
 
-    head = max(running, key=elapsed_ms)  # the oldest; of equals, the first (as `queued_ms`)
-    predicted, elapsed = head[0], elapsed_ms(head)
-    left = max(predicted - elapsed, OVERRUN_SHARE * predicted)
-    return Queued(len(running), left + (math.fsum(map(_PREDICTED, running)) - predicted))
+def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float]) -> float:
+    if not predicted:
+        return 0.0
+    head = max(range(len(elapsed)), key=elapsed.__getitem__)  # the oldest; of equals, the first
+    left = max(predicted[head] - elapsed[head], OVERRUN_SHARE * predicted[head])
+    return left + (math.fsum(predicted) - predicted[head])
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +139,6 @@ def _regret(chosen_ms: float, best_ms: float) -> float:
 
 _STANDARD_NORMAL: Final = NormalDist()  # immutable
 _MEAN: Final = itemgetter(0)
-_PREDICTED: Final = itemgetter(0)
 _DRAWN: Final = itemgetter(1)
 
 
