@@ -57,7 +57,6 @@ _DROPPED_UNANSWERED = (aiohttp.ServerDisconnectedError, aiohttp.ClientConnection
 # Statuses that mean "this backend cannot serve now" (gateway errors, loading or overloaded
 # engines: llama-server and vLLM answer 503, overloaded APIs 529), not "this request is bad".
 BACKEND_FAILED_STATUSES = frozenset({502, 503, 504, 529})
-_UNPARSED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +205,9 @@ async def _relay(
         arrived = clock()
         # Parsed before sending only when the client's bytes depend on it (a meta_info to drop);
         # otherwise the answer leaves first and is measured after.
-        payload = _json_or_none(first, upstream) if options.strip_meta_info else _UNPARSED
-        body = client_body(first, payload, options.added) if options.strip_meta_info else first
+        parsed_first = options.strip_meta_info
+        payload = _json_or_none(first, upstream) if parsed_first else None
+        body = client_body(first, payload, options.added) if parsed_first else first
         whole = web.Response(body=body, status=upstream.status, headers=headers)
         try:  # sent here, so that the caller's bookkeeping runs after the client has it
             await whole.prepare(request)
@@ -215,8 +215,7 @@ async def _relay(
         except _CLIENT_GONE:
             result.client_disconnected = True
         finally:
-            result.meter.observe(_json_or_none(first, upstream) if payload is _UNPARSED else payload,
-                                 arrived)
+            result.meter.observe(payload if parsed_first else _json_or_none(first, upstream), arrived)
         return whole
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:

@@ -45,9 +45,8 @@ def wanted(app: web.Application, backend: str) -> bool:
 
 
 async def watch(app: web.Application, backend: str) -> CounterWatch | None:
-    """Scrape before sending, when the engine has counters and the instance is idle."""
-    if not wanted(app, backend):
-        return None
+    """Scrape before sending; the caller asked `wanted` first (most requests need no scrape,
+    and then no coroutine is made)."""
     runtime = app[POOL].runtime(backend)
     adapter = adapter_for(runtime.spec)
     before = await scrape_metrics(runtime.spec, adapter, app[SESSION], SCRAPE_TIMEOUT)
