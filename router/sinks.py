@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -66,34 +66,29 @@ def sink_name(sink: RecordSink) -> str:
     return str(getattr(sink, "sink_name", type(sink).__name__))
 
 
-def write_all(sinks: Iterable[RecordSink], records: Iterable[RouteRecord], health: SinkHealth) -> None:
-    """Give each record to every sink; one that raises costs its own copy, never the request."""
-    for sink in sinks:
-        for record in records:
-            try:
-                sink.write_record(record)
-            except Exception as exc:  # noqa: BLE001  # a full disk must not fail the request
-                health.failed(sink_name(sink), exc)
-            else:
-                if health.failing:
-                    health.succeeded(sink_name(sink))
-
-
 def write_batch(sinks: Iterable[RecordSink], records: Sequence[RouteRecord], health: SinkHealth) -> None:
     """Give `records` (in order) to every sink: whole to one that takes batches, else one by one.
-    A sink that raises costs its own copies, never the other sinks'."""
+    A sink that raises costs its own copies, never the request nor the other sinks'."""
     for sink in sinks:
         take_batch = getattr(sink, "write_records", None)
-        if take_batch is None:
-            write_all((sink,), records, health)
-            continue
-        try:
-            take_batch(records)
-        except Exception as exc:  # noqa: BLE001  # a full disk must not fail the request
-            health.failed(sink_name(sink), exc, records=getattr(exc, "lost", len(records)))
+        if take_batch is not None:
+            _deliver(sink, take_batch, records, len(records), health)
         else:
-            if health.failing:
-                health.succeeded(sink_name(sink))
+            for record in records:
+                _deliver(sink, sink.write_record, record, 1, health)
+
+
+def _deliver(sink: RecordSink, write: Callable[[Any], None], item: object, count: int,
+             health: SinkHealth) -> None:
+    """`write(item)` (`count` records); a failure is counted (as the lines the sink says it lost,
+    else `count`), a success after failures ends the outage."""
+    try:
+        write(item)
+    except Exception as exc:  # noqa: BLE001  # a full disk must not fail the request
+        health.failed(sink_name(sink), exc, records=getattr(exc, "lost", count))
+    else:
+        if health.failing:
+            health.succeeded(sink_name(sink))
 
 
 class RecordQueue:
