@@ -368,8 +368,14 @@ def _tokens_per_char(text: str, count_tokens: TokenCounter | None) -> float:
     if count_tokens is not None:
         with contextlib.suppress(Exception):  # a tokenizer failure never fails a request
             return count_tokens(sample) / len(sample)
-    cjk = len(_CJK.findall(sample))
-    return (cjk + (len(sample) - cjk) / FALLBACK_CHARS_PER_TOKEN) / len(sample)
+    return estimated_tokens(sample) / len(sample)
+
+
+def estimated_tokens(text: str) -> float:
+    """Tokens of `text` by script, without a tokenizer: about one per CJK character, one per
+    `FALLBACK_CHARS_PER_TOKEN` characters of other text."""
+    cjk = len(_CJK.findall(text))
+    return cjk + (len(text) - cjk) / FALLBACK_CHARS_PER_TOKEN
 
 
 def _rough_size(node: object, budget: int = 20_000, depth: int = 0) -> int:

@@ -75,6 +75,7 @@ _CHAT_TURN: Final = re.compile(
     r"你好|您好|谢谢|多谢|早上好|晚上好|晚安|再见|拜拜|哈哈|嗯|好的|没事|不客气|对不起)(?![a-z])",
     re.IGNORECASE,
 )
+_THANKS: Final = re.compile(r"\b(thanks|thank you|thx|appreciate it)\b|谢谢|多谢|感谢", re.IGNORECASE)
 
 
 def label_text(text: str, default: str) -> str:
@@ -103,6 +104,19 @@ def _is_casual(text: str) -> bool:
         # "hello, how do I run it on a CPU?" calls for the answer, not for a greeting back
         return not _asks_about_a_subject(text[opener.end():])
     return _asks_about_assistant(text)
+
+
+def is_pleasantry(text: str) -> bool:
+    """Thanks, a greeting or an acknowledgement that asks nothing more ("Thank you for the
+    information!", "Oh, time flies! Thanks.", "好的，谢谢你！"): its natural reply is a short one in
+    kind."""
+    head = text.strip()
+    if len(head) > 120 or "?" in head or "？" in head or _ASKS_FOR_EXPLANATION.search(head):
+        return False
+    opener = _CHAT_TURN.search(head)
+    if opener is not None:
+        return not _asks_about_a_subject(head[opener.end():])
+    return bool(_THANKS.search(head))
 
 
 def _asks_about_assistant(text: str) -> bool:

@@ -15,8 +15,9 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
+from classifiers.features import estimated_tokens
 from classifiers.training.data.fetch import list_members, read_member
-from classifiers.training.data.labels import label_text
+from classifiers.training.data.labels import is_pleasantry, label_text
 from classifiers.training.data.rows import Row, chat, lang_of, pick
 
 _TYPE_MAP: Final = {"dict": "object", "float": "number", "tuple": "array", "any": "string",
@@ -287,15 +288,23 @@ def leads_to_call(turns: list[dict[str, str]], t: int) -> bool:
 _EXPLAIN_ZH: Final = re.compile(r"解释|什么是|是什么|为什么|如何|怎么|怎样|区别|介绍|原理|哪些|explain|what is",
                                 re.IGNORECASE)
 _ACTION_ZH: Final = re.compile(r"(帮我|替我|给我|为我|帮忙)[^。？！]{0,6}(订|预定|预订|买|购|发|叫|煮|做|找|查|"
-                               r"创建|生成|安排|播放)")
+                               r"创建|生成|安排|播放|更新|删除|设置|发送|取消|支付|转账|提醒)")
+
+
+# Reply lengths in estimated tokens, so that one rule serves every script: "You're welcome! If
+# you have any other questions, feel free to ask." is 66 characters, "不客气！如果你还有其他问题，
+# 随时可以问。" 20, and both are ~18 tokens.
+BRIEF_REPLY_TOKENS: Final = 120  # a refusal or "you're welcome" (English refusals ~40-65)
+REMARK_REPLY_TOKENS: Final = 20  # shorter than this, a reply is a remark, not an explanation
 
 
 def label_by_reply(request: str, reply: str) -> str:
     """The class of a text turn whose actual reply is known.
 
     Mostly code -> code; asked for writing or code -> that; asked for an explanation ->
-    technical (short is not casual); asked for an action no tool does and answered briefly
-    (a refusal or an acknowledgement) -> chat; otherwise by the reply's length.
+    technical (short is not casual); thanks or a greeting answered in kind, or an action no
+    tool does answered briefly (a refusal or an acknowledgement) -> chat; otherwise by the
+    reply's length.
     """
     fenced = reply.split("```")[1::2]
     if fenced and sum(len(f) for f in fenced) >= 0.5 * len(reply):
@@ -305,9 +314,12 @@ def label_by_reply(request: str, reply: str) -> str:
         return asked
     if _EXPLAIN_ZH.search(request):
         return "technical"
-    if (_ACTION_ZH.search(request) or _ACTION_ASK.search(request)) and len(reply) < 150:
+    size = estimated_tokens(reply)
+    if is_pleasantry(request) and size < BRIEF_REPLY_TOKENS:
         return "chat"
-    return "chat" if len(reply) < 60 else "technical"
+    if (_ACTION_ZH.search(request) or _ACTION_ASK.search(request)) and size < BRIEF_REPLY_TOKENS:
+        return "chat"
+    return "chat" if size < REMARK_REPLY_TOKENS else "technical"
 
 
 def _glaive_row(name: str, c: int, t: int, label: str, messages: list[dict[str, Any]],

@@ -53,6 +53,31 @@ def test_label_text(text: str, default: str, expected: str) -> None:
         ("写一首关于春天的诗", "春风拂面，" * 20, "prose"),
         ("您能解释一下人工智能的概念吗？", "人工智能是让机器模拟智能的技术。", "technical"),
         ("你能帮我订一张去纽约的机票吗？", "抱歉，我无法预订机票，我只能帮你计算距离。" * 2, "chat"),
+        # thanks is chat in every script: the English "you're welcome" is 66 characters, the
+        # Chinese one 20, and a reply-length rule in characters split them
+        ("Thank you for the information!",
+         "You're welcome! If you have any other questions, feel free to ask.", "chat"),
+        ("谢谢你的信息！", "不客气！如果你还有其他问题，随时可以问。", "chat"),
+        ("Great, thanks for the help!",
+         "You're welcome! If you have any other calculations or questions, feel free to ask.",
+         "chat"),
+        ("Oh, time flies! Thank you for the information.",
+         "You're welcome! If you have any other questions, feel free to ask.", "chat"),
+        ("是的，它是“无人生还”。谢谢您！", "不客气！如果你需要其他帮助，随时提问。", "chat"),
+        # a refusal of an action is chat in English as in Chinese (~200 characters, ~55 tokens)
+        ("Can you please order a pizza for me?",
+         "I'm sorry, but as an AI, I don't have the capability to perform external tasks such as "
+         "ordering a pizza. My current function allows me to calculate the area of a shape.",
+         "chat"),
+        ("好的，谢谢！现在，你也能帮我更新一下我邮箱里的密码吗？",
+         "很抱歉，作为一个AI，我无法执行更新您的邮箱密码等外部任务。我建议您手动更新以保证安全性。", "chat"),
+        # a short factual answer is technical in Chinese as in English (43 characters)
+        ("尼罗河究竟有多长？", "尼罗河的确切长度在专家之间存在争议，但普遍认为其长度约为6650公里（4132英里）。",
+         "technical"),
+        # thanks followed by a real question is answered as one
+        ("Thanks! Why does water boil at a lower temperature at altitude?",
+         "Air pressure is lower at altitude, so water molecules need less energy to escape. " * 2,
+         "technical"),
     ],
 )
 def test_label_by_reply(request_text: str, reply: str, expected: str) -> None:
