@@ -66,8 +66,8 @@ def test_label_text(text: str, default: str, expected: str) -> None:
         ("是的，它是“无人生还”。谢谢您！", "不客气！如果你需要其他帮助，随时提问。", "chat"),
         # a refusal of an action is chat in English as in Chinese (~200 characters, ~55 tokens)
         ("Can you please order a pizza for me?",
-         "I'm sorry, but as an AI, I don't have the capability to perform external tasks such as "
-         "ordering a pizza. My current function allows me to calculate the area of a shape.",
+         ("I'm sorry, but as an AI, I don't have the capability to perform external tasks such as "
+          "ordering a pizza. My current function allows me to calculate the area of a shape."),
          "chat"),
         ("好的，谢谢！现在，你也能帮我更新一下我邮箱里的密码吗？",
          "很抱歉，作为一个AI，我无法执行更新您的邮箱密码等外部任务。我建议您手动更新以保证安全性。", "chat"),
