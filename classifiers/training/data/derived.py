@@ -186,13 +186,19 @@ def with_generic_system(rows: Sequence[Row], per_class: int) -> list[Row]:
 
 def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) -> list[Row]:
     """Casual turns (or questions) that happen to carry tools keep their class: tools attached
-    to a first turn do not make it agent, a tool that does what it asks does."""
-    with_tools = [r for r in tool_rows if r.request.get("tools")]
-    if not with_tools:
+    to a first turn do not make it agent, a tool that does what it asks does. The donors take
+    turns by source, so that no one source's tools teach it (leaving one out keeps the rest)."""
+    by_source: dict[str, list[Row]] = {}
+    for r in tool_rows:
+        if r.request.get("tools"):
+            by_source.setdefault(r.source, []).append(r)
+    sources = sorted(by_source)
+    if not sources:
         return []
     out = []
     for n, row in enumerate(pick(chats, limit, "chat_tools")):
-        donor = with_tools[(n * 7919) % len(with_tools)]
+        donors = by_source[sources[n % len(sources)]]
+        donor = donors[(n // len(sources) * 7919) % len(donors)]
         derived = _derive(row, "tools", row.label, {**row.request, "tools": donor.request["tools"]})
         if donor.source != row.source:
             derived = replace(derived, also_from=(donor.source,))

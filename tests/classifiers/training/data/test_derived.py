@@ -53,6 +53,19 @@ def test_tools_given_to_a_chat_turn_record_the_package_they_came_from() -> None:
     assert all(r.also_from == ("toolpkg",) and r.comes_from("toolpkg") for r in out)
 
 
+def test_tool_donors_take_turns_by_source_however_many_rows_each_has() -> None:
+    def donor(i: int, source: str) -> Row:
+        return replace(_row(i, "agent"), source=source, request=chat(
+            [user("do it")], tools=[{"type": "function", "function": {"name": f"{source}_{i}"}}]))
+
+    donors = [donor(i, "big") for i in range(30)] + [donor(100, "small")]
+    out = derived.chat_with_tools([_row(i, "chat") for i in range(10)], donors, limit=10)
+    by_source = [r.also_from[0] for r in out]
+    # 30 rows against 1: still half each, so leaving "big" out keeps half of these rows
+    assert by_source.count("big") == by_source.count("small") == 5
+    assert len({r.request["tools"][0]["function"]["name"] for r in out if r.also_from == ("big",)}) > 1
+
+
 def test_asks_after_small_talk_keep_their_class_and_take_a_same_language_history() -> None:
     talk = [replace(_row(i, "chat", messages=[user("hey"), assistant("hi!"), user("how's it going")]),
                     source="talkpkg") for i in range(2)]
