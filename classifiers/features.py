@@ -77,6 +77,13 @@ _LAUGHTER = re.compile(
     r"哈哈|呵呵|嘿嘿|嘻嘻|\(\^|😂|😄|😊|🤣",
     re.IGNORECASE,
 )
+# What `_LAUGHTER` needs somewhere in the text: one of its words (in lower case: "haha" holds
+# "hah"), its emoticon without the look-arounds, a caret, or one of its CJK or emoji signs.
+# Checking for these costs ~3 us on 500 characters; the pattern itself, which tries its dozen
+# alternatives at every position, ~40 us, and matches almost no text.
+_LAUGH_WORDS: Final = ("lol", "lmao", "rofl", "omg", "xd", "hah", "hehe")
+_LAUGH_SIGNS: Final = ("哈哈", "呵呵", "嘿嘿", "嘻嘻", "😂", "😄", "😊", "🤣")
+_EMOTICON: Final = re.compile(r"[:;]-?[)(DPp]", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(```|~~~)", re.MULTILINE)
 _CODE_LINE = re.compile(
     r"""(^\s*(def |class |import |from \S+ import|return\b|if\s*\(|for\s*\(|while\s*\(|\#include|
@@ -306,7 +313,18 @@ def exclaims(text: str) -> bool:
 
 def laughs(text: str) -> bool:
     """Laughter or an emoticon in the ask (outside fences)."""
-    return bool(_LAUGHTER.search(strip_fences(text[:OVERLAP_TEXT_CAP])))
+    sample = strip_fences(text[:OVERLAP_TEXT_CAP])
+    return _may_laugh(sample) and bool(_LAUGHTER.search(sample))
+
+
+def _may_laugh(text: str) -> bool:
+    """False only for text `_LAUGHTER` cannot match (most text), which then skips the pattern."""
+    if "^" in text or ((":" in text or ";" in text) and _EMOTICON.search(text)):
+        return True
+    if not text.isascii() and any(sign in text for sign in _LAUGH_SIGNS):
+        return True
+    lowered = text.lower()
+    return any(word in lowered for word in _LAUGH_WORDS)
 
 
 def strip_fences(text: str) -> str:
