@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import re
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -205,6 +205,57 @@ class ToolsMemo:
         return facts
 
 
+@dataclass(frozen=True, slots=True)
+class AskFacts:
+    """What the features read from the ask (the last user turn) alone."""
+
+    code_fences: int
+    code_line_share: float
+    cjk_share: float
+    indented_line_share: float
+    starts_with_code: bool
+    casual_word_share: float
+    exclaims: bool
+    laughs: bool
+
+
+def ask_facts(text: str) -> AskFacts:
+    return AskFacts(
+        code_fences=_code_fences(text),
+        code_line_share=_code_line_share(text),
+        cjk_share=cjk_share(strip_fences(text)),
+        indented_line_share=_indented_line_share(text),
+        starts_with_code=bool(_CODE_START.match(text[:CODE_LINE_CAP])),
+        casual_word_share=casual_word_share(text),
+        exclaims=exclaims(text),
+        laughs=laughs(text),
+    )
+
+
+class AskMemo:
+    """`AskFacts` of the last few asks seen, owned by the caller (the proxy keeps one per app;
+    no global). An agent loop resends the same last user turn with every tool result: looking
+    its facts up (one hash of the text) costs ~1 us, reading them again ~17 us. Bounded:
+    `size` asks of at most `LAST_USER_CAP` characters."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, AskFacts] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def facts(self, text: str) -> AskFacts:
+        found = self._entries.get(text)
+        if found is not None:
+            self._entries.move_to_end(text)
+            return found
+        facts = self._entries[text] = ask_facts(text)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return facts
+
+
 def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:
     described = " ".join(_tool_text(t)[:OVERLAP_TOOL_CAP] for t in tools[:OVERLAP_TOOLS])
     return ToolFacts(
@@ -214,12 +265,16 @@ def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:
 
 
 def extract(
-    view: RequestView, count_tokens: TokenCounter | None = None, memo: ToolsMemo | None = None
+    view: RequestView,
+    count_tokens: TokenCounter | None = None,
+    memo: ToolsMemo | None = None,
+    asks: AskMemo | None = None,
 ) -> Features:
     """The features of one request. `count_tokens` is the tokenizer's counter, if loaded;
-    `memo` remembers what recent tool lists gave (same numbers, less work)."""
+    `memo` and `asks` remember what recent tool lists and asks gave (same numbers, less work)."""
     tools = memo.facts(view.tools) if memo is not None else tool_facts(view.tools)
     text = view.last_user_text
+    ask = asks.facts(text) if asks is not None else ask_facts(text)
     per_char = _tokens_per_char(text or view.system_text + view.context_tail, count_tokens)
     thinking = _thinking(view)
     return Features(
@@ -231,9 +286,9 @@ def extract(
         last_role_assistant=view.last_role == "assistant",
         history_has_tool="tool" in view.roles or "function" in view.roles,
         n_messages=len(view.roles),
-        code_fences=_code_fences(text),
-        code_line_share=_code_line_share(text),
-        cjk_share=cjk_share(strip_fences(text)),
+        code_fences=ask.code_fences,
+        code_line_share=ask.code_line_share,
+        cjk_share=ask.cjk_share,
         json_mode=view.response_format in ("json_object", "json_schema"),
         temperature=-1.0 if view.temperature is None else view.temperature,
         greedy=view.temperature is not None and view.temperature <= 0.0,
@@ -244,11 +299,11 @@ def extract(
         last_user_tokens=round(len(text) * per_char),
         system_chars=len(view.system_text),
         tool_text_overlap=_overlap(text, tools.described) if view.tools else 0.0,
-        indented_line_share=_indented_line_share(text),
-        starts_with_code=bool(_CODE_START.match(text[:CODE_LINE_CAP])),
-        casual_word_share=casual_word_share(text),
-        exclaims=exclaims(text),
-        laughs=laughs(text),
+        indented_line_share=ask.indented_line_share,
+        starts_with_code=ask.starts_with_code,
+        casual_word_share=ask.casual_word_share,
+        exclaims=ask.exclaims,
+        laughs=ask.laughs,
     )
 
 

@@ -204,3 +204,33 @@ def test_the_laugh_prefilter_lowers_every_letter_the_pattern_folds() -> None:
     folded = re.findall(f"(?i)[{''.join(sorted(letters))}]", everything)
     assert folded  # the ASCII letters themselves, at least
     assert {c.lower() for c in folded} <= letters
+
+
+_ASK_BITS = ["Fix this:\n", "```python\n", "```\n", "def f(x):\n", "    return x\n", "lol ", ":)",
+             "so cool! ", "你好呢，", "哈哈", "I think you ", "Explain the hash map. ", "{", "}",
+             "import os\n", "\t", "  ", "\n", "SELECT 1;", "x -> y", "omg ", "~~~\n"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from(_ASK_BITS), max_size=12).map("".join), min_size=1,
+                max_size=6))
+def test_features_read_through_the_ask_memo_are_those_read_afresh(asks: list[str]) -> None:
+    from classifiers.features import AskMemo
+
+    memo = AskMemo(size=2)  # smaller than the asks: hits, misses and evictions
+    for text in asks + asks[::-1]:
+        view = view_request("chat", {"messages": [{"role": "user", "content": text}],
+                                     "tools": TOOLS})
+        assert extract(view, asks=memo) == extract(view)
+        assert len(memo) <= 2
+
+
+def test_the_ask_memo_answers_a_resent_ask_from_memory() -> None:
+    from classifiers.features import AskMemo
+
+    memo = AskMemo(size=1)
+    first = memo.facts("lol, fix this: ```x = 1```")
+    assert memo.facts("lol, fix this: ```x = 1```") is first
+    memo.facts("another ask")
+    assert len(memo) == 1
+    assert memo.facts("lol, fix this: ```x = 1```") is not first  # evicted, read again
