@@ -178,8 +178,10 @@ class RouteModel:
 
     def speedup(self, x: Vector, greedy: bool) -> Prediction:
         """log-speedup of an mtp instance over plain for this request, with its uncertainty."""
-        if greedy:
-            return self.posterior.predict(x)
+        return self.posterior.predict(x) if greedy else self.sampled_speedup()
+
+    def sampled_speedup(self) -> Prediction:
+        """log-speedup of sampled or thinking requests: one figure, whatever the request."""
         mean, sd = self._sampled
         return Prediction(mean, sd, self.evidence.sampled.n)
 
