@@ -17,7 +17,7 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from classifiers.request_view import RequestView
 
@@ -232,28 +232,45 @@ def ask_facts(text: str) -> AskFacts:
     )
 
 
+def asked_words(text: str) -> frozenset[str]:
+    """The ask's words that the tool overlap reads: of its start, less the stop words."""
+    return frozenset(_words(text[:OVERLAP_TEXT_CAP]) - _STOP_WORDS)
+
+
+_Read = TypeVar("_Read")
+
+
 class AskMemo:
-    """`AskFacts` of the last few asks seen, owned by the caller (the proxy keeps one per app;
-    no global). An agent loop resends the same last user turn with every tool result: looking
-    its facts up (one hash of the text) costs ~1 us, reading them again ~17 us. Bounded:
-    `size` asks of at most `LAST_USER_CAP` characters."""
+    """`AskFacts` (and, for requests with tools, `asked_words`) of the last few asks seen,
+    owned by the caller (the proxy keeps one per app; no global). An agent loop resends the
+    same last user turn with every tool result: looking its facts up (one hash of the text)
+    costs ~1 us, reading them again ~17 us, its words ~4-10 us more. Bounded: `size` asks of
+    at most `LAST_USER_CAP` characters in each table."""
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
-        self._entries: OrderedDict[str, AskFacts] = OrderedDict()
+        self._facts: OrderedDict[str, AskFacts] = OrderedDict()
+        self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return max(len(self._facts), len(self._words))
 
     def facts(self, text: str) -> AskFacts:
-        found = self._entries.get(text)
+        return self._recall(self._facts, text, ask_facts)
+
+    def words(self, text: str) -> frozenset[str]:
+        return self._recall(self._words, text, asked_words)
+
+    def _recall(self, table: OrderedDict[str, _Read], text: str,
+                read: Callable[[str], _Read]) -> _Read:
+        found = table.get(text)
         if found is not None:
-            self._entries.move_to_end(text)
+            table.move_to_end(text)
             return found
-        facts = self._entries[text] = ask_facts(text)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
-        return facts
+        found = table[text] = read(text)
+        if len(table) > self._size:
+            table.popitem(last=False)
+        return found
 
 
 def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:
@@ -298,7 +315,8 @@ def extract(
         prompt_tokens=max(1, round(view.total_chars * per_char)) if view.total_chars else 0,
         last_user_tokens=round(len(text) * per_char),
         system_chars=len(view.system_text),
-        tool_text_overlap=_overlap(text, tools.described) if view.tools else 0.0,
+        tool_text_overlap=(_overlap(asks.words(text) if asks is not None else asked_words(text),
+                                    tools.described) if view.tools else 0.0),
         indented_line_share=ask.indented_line_share,
         starts_with_code=ask.starts_with_code,
         casual_word_share=ask.casual_word_share,
@@ -315,8 +333,7 @@ def _code_fences(text: str) -> int:
     return (len(_FENCE.findall(text)) + 1) // 2
 
 
-def _overlap(text: str, described: frozenset[str]) -> float:
-    asked = _words(text[:OVERLAP_TEXT_CAP]) - _STOP_WORDS
+def _overlap(asked: frozenset[str], described: frozenset[str]) -> float:
     if not asked:
         return 0.0
     return round(len(asked & described) / len(asked), 4)

@@ -218,9 +218,13 @@ def test_features_read_through_the_ask_memo_are_those_read_afresh(asks: list[str
     from classifiers.features import AskMemo
 
     memo = AskMemo(size=2)  # smaller than the asks: hits, misses and evictions
-    for text in asks + asks[::-1]:
-        view = view_request("chat", {"messages": [{"role": "user", "content": text}],
-                                     "tools": TOOLS})
+    described = [{"type": "function", "function": {
+        "name": "explain_hash_map", "description": "Explain the map; fix the import of os."}}]
+    for i, text in enumerate(asks + asks[::-1]):
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        if i % 3:  # with tools (the overlap reads the ask's words), or without
+            body["tools"] = described
+        view = view_request("chat", body)
         assert extract(view, asks=memo) == extract(view)
         assert len(memo) <= 2
 
@@ -234,3 +238,6 @@ def test_the_ask_memo_answers_a_resent_ask_from_memory() -> None:
     memo.facts("another ask")
     assert len(memo) == 1
     assert memo.facts("lol, fix this: ```x = 1```") is not first  # evicted, read again
+    words = memo.words("explain the hash map")
+    assert words == frozenset({"explain", "hash", "map"})  # "the" is a stop word
+    assert memo.words("explain the hash map") is words
