@@ -41,7 +41,7 @@ LOG_SCALED: Final = frozenset({"n_tools", "tool_schema_chars", "n_messages", "co
                                "max_tokens", "prompt_tokens", "last_user_tokens",
                                "system_chars"})
 _LOG_MASK: Final = np.array([name in LOG_SCALED for name in FEATURE_NAMES])
-_LOG_SCALED_AT: Final = tuple(bool(m) for m in _LOG_MASK)
+_LOG_SCALED_AT: Final = tuple(i for i, m in enumerate(_LOG_MASK) if m)  # 8 of 27 positions
 _feature_values: Final = operator.attrgetter(*FEATURE_NAMES)  # Features -> their values, in order
 
 FloatArray = npt.NDArray[np.float32]
@@ -51,6 +51,15 @@ def numeric_row(values: Sequence[float]) -> FloatArray:
     """Features as the model reads them (before standardising)."""
     row = np.asarray(values, dtype=np.float32)
     return np.where(_LOG_MASK, np.log1p(np.maximum(row, 0.0)), row).astype(np.float32)
+
+
+def _numeric_values(features: Features) -> list[float]:
+    """`numeric_row` in plain Python, for one request (the same values up to float32 rounding):
+    only the log-scaled positions are visited."""
+    row: list[float] = list(_feature_values(features))
+    for i in _LOG_SCALED_AT:
+        row[i] = math.log1p(max(row[i], 0.0))
+    return row
 
 
 # The agent share a turn with agent structure gets (the rest keeps the model's proportions).
@@ -138,10 +147,8 @@ class TrainedScorer:
         return np.array(self._probabilities(view, features), dtype=np.float32)
 
     def _probabilities(self, view: RequestView, features: Features) -> list[float]:
-        # `numeric_row` in plain Python (then one array): the same values up to float32 rounding
-        row = [math.log1p(max(v, 0.0)) if scaled else v
-               for v, scaled in zip(_feature_values(features), _LOG_SCALED_AT)]
-        logits: list[float] = (self._bias_folded + np.array(row, dtype=np.float64) @ self._w_num_scaled).tolist()
+        row = np.array(_numeric_values(features), dtype=np.float64)
+        logits: list[float] = (self._bias_folded + row @ self._w_num_scaled).tolist()
         for seed, text in seeded_fields(view, self.settings):
             if text:
                 logits = [a + b for a, b in zip(logits, self._text_share(seed, text))]

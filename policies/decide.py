@@ -191,8 +191,9 @@ def predict_speedup(
     policy: Policy, features: Features, scores: Scores | None, model: RouteModel
 ) -> Prediction:
     """The request's predicted log-speedup on an mtp instance (greedy or not)."""
-    x = inputs(features.as_dict(), scores.scores if scores else None)
-    return model.speedup(x, _greedy_decoding(policy, features))
+    if not _greedy_decoding(policy, features):  # reads no input: none built
+        return model.sampled_speedup()
+    return model.speedup(inputs(features.as_dict(), scores.scores if scores else None), True)
 
 
 def candidate(

@@ -37,6 +37,8 @@ from policies.speedup import (
 MIN_PREFILL_TOKENS: Final = 32
 # Completion lengths borrow this many pseudo-requests from the machine prior.
 COMPLETION_PRIOR_WEIGHT: Final = 3.0
+# No observations (immutable: one shared instance, not a new one per lookup on every decision).
+_NO_DATA: Final = ScalarEvidence()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +139,12 @@ def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
     """Prefill rate (only when nothing was queued ahead) and completion length."""
     changes: dict[str, Any] = {"through": max(evidence.through, o.ts)}
     completion = dict(evidence.completion)
-    completion[o.cls] = completion.get(o.cls, ScalarEvidence()).plus(float(o.completion_tokens))
+    completion[o.cls] = completion.get(o.cls, _NO_DATA).plus(float(o.completion_tokens))
     changes["completion"] = completion
     uncached = o.prompt_tokens - o.cached_tokens
     if o.ttft_ms is not None and not o.queued and uncached >= MIN_PREFILL_TOKENS:
         prefill = dict(evidence.prefill)
-        prefill[o.profile] = prefill.get(o.profile, ScalarEvidence()).plus(o.ttft_ms / uncached)
+        prefill[o.profile] = prefill.get(o.profile, _NO_DATA).plus(o.ttft_ms / uncached)
         changes["prefill"] = prefill
     return changes
 
@@ -176,13 +178,15 @@ class RouteModel:
 
     def speedup(self, x: Vector, greedy: bool) -> Prediction:
         """log-speedup of an mtp instance over plain for this request, with its uncertainty."""
-        if greedy:
-            return self.posterior.predict(x)
+        return self.posterior.predict(x) if greedy else self.sampled_speedup()
+
+    def sampled_speedup(self) -> Prediction:
+        """log-speedup of sampled or thinking requests: one figure, whatever the request."""
         mean, sd = self._sampled
         return Prediction(mean, sd, self.evidence.sampled.n)
 
     def prefill_ms_per_token(self, profile: str) -> float:
-        data = self.evidence.prefill.get(profile, ScalarEvidence())
+        data = self.evidence.prefill.get(profile, _NO_DATA)
         if data.n == 0:
             return self.prior.prefill_ms_per_token
         k = COMPLETION_PRIOR_WEIGHT
@@ -191,7 +195,7 @@ class RouteModel:
     def completion_tokens(self, cls: str, max_tokens: int) -> float:
         """Expected completion tokens: the class's mean over the log (shrunk toward the prior),
         capped by the request's max_tokens."""
-        data = self.evidence.completion.get(cls, ScalarEvidence())
+        data = self.evidence.completion.get(cls, _NO_DATA)
         k = COMPLETION_PRIOR_WEIGHT
         mean = (data.total + k * self.prior.completion_tokens) / (data.n + k)
         return float(min(mean, max_tokens)) if max_tokens > 0 else mean

@@ -17,7 +17,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from classifiers.features import TokenCounter, ToolsMemo
+from classifiers.features import AskMemo, TokenCounter, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies.armstore import ArmsHolder, arms_path_for
 from policies.sessions import SessionTable
@@ -35,6 +35,7 @@ from router.scoring import ScorerHolder
 from router.sinks import RecordQueue, RecordSink, SinkHealth
 from router.state import (
     ARMS,
+    ASK_MEMO,
     CONFIG,
     DEPS,
     ONLINE,
@@ -79,6 +80,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[SINKS] = sinks
     app[TASKS] = set()
     app[TOOLS_MEMO] = ToolsMemo()
+    app[ASK_MEMO] = AskMemo()
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)

@@ -115,6 +115,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         arms=app[state.ARMS].state,
         engine_of=lambda name: pool.runtime(name).spec.engine,
         tools_memo=app[state.TOOLS_MEMO],
+        ask_memo=app[state.ASK_MEMO],
     ))
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)

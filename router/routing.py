@@ -16,7 +16,7 @@ import orjson
 
 from backends.engines import EngineAdapter, Tweaked
 from backends.upstream import ForwardResult
-from classifiers.features import Features, TokenCounter, ToolsMemo, extract
+from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
@@ -105,6 +105,7 @@ class RoutingInputs:
     arms: ArmsState = EMPTY_ARMS
     engine_of: Callable[[str], str] = lambda name: "openai"
     tools_memo: ToolsMemo | None = None  # the app's memo of tool-list facts (agents resend them)
+    ask_memo: AskMemo | None = None  # the app's memo of the asks' text facts (agents resend them)
 
 
 def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
@@ -116,7 +117,7 @@ def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
     except InvalidRequest as exc:
         raise RequestError(400, str(exc), param=exc.param, code="invalid_request") from exc
     route = _header_route(incoming.header_route, inputs.backends)
-    features = extract(view, inputs.count_tokens, inputs.tools_memo)
+    features = extract(view, inputs.count_tokens, inputs.tools_memo, inputs.ask_memo)
     scored = score_safely(inputs.scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
     conversation = conversation_key(view, incoming.conversation_hint)

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from backends.supervisor import Supervisor
-from classifiers.features import TokenCounter, ToolsMemo
+from classifiers.features import AskMemo, TokenCounter, ToolsMemo
 from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
@@ -61,6 +61,7 @@ TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
 SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
+ASK_MEMO = web.AppKey("ask_memo", AskMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)

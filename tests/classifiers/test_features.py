@@ -175,3 +175,69 @@ def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: st
 def test_spoken_register_marks(text: str, exclaim: bool, laugh: bool) -> None:
     features = extract(view_request("chat", {"messages": [{"role": "user", "content": text}]}))
     assert (features.exclaims, features.laughs) == (exclaim, laugh)
+
+
+_LAUGH_BITS = ["lol", "LOL", "lmao", "rofl", "omg", "OMG", "xd", "XD", "ha", "HA", "h", "he",
+               "hah", "HeHe", ":", ";", "-", ")", "(", "D", "P", "p", "d", "^", "_", "^_^", "(^",
+               "哈", "哈哈", "呵呵", "嘿嘿", "嘻嘻", "😂", "😄", "😊", "🤣", "```", " ", "\n",
+               "a", "x", "1", "é", "Σ", "İ", "K", "ſ", "\ud800", ":-)", ";P", "w"]
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_LAUGH_BITS), max_size=12).map("".join))
+def test_laughs_gives_what_the_pattern_alone_gave(text: str) -> None:
+    from classifiers import features as f
+
+    # the formula before the prefilter: the pattern over the sample outside fences
+    assert f.laughs(text) == bool(f._LAUGHTER.search(f.strip_fences(text[: f.OVERLAP_TEXT_CAP])))
+
+
+def test_the_laugh_prefilter_lowers_every_letter_the_pattern_folds() -> None:
+    """The prefilter looks for the pattern's words in `text.lower()`: sound only if every
+    character the case-insensitive pattern takes for one of its letters lowers to that letter."""
+    import re
+
+    from classifiers import features as f
+
+    letters = set("".join(f._LAUGH_WORDS)) | set("lmaorfgxdhe")
+    everything = "".join(map(chr, range(0x110000)))
+    folded = re.findall(f"(?i)[{''.join(sorted(letters))}]", everything)
+    assert folded  # the ASCII letters themselves, at least
+    assert {c.lower() for c in folded} <= letters
+
+
+_ASK_BITS = ["Fix this:\n", "```python\n", "```\n", "def f(x):\n", "    return x\n", "lol ", ":)",
+             "so cool! ", "你好呢，", "哈哈", "I think you ", "Explain the hash map. ", "{", "}",
+             "import os\n", "\t", "  ", "\n", "SELECT 1;", "x -> y", "omg ", "~~~\n"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from(_ASK_BITS), max_size=12).map("".join), min_size=1,
+                max_size=6))
+def test_features_read_through_the_ask_memo_are_those_read_afresh(asks: list[str]) -> None:
+    from classifiers.features import AskMemo
+
+    memo = AskMemo(size=2)  # smaller than the asks: hits, misses and evictions
+    described = [{"type": "function", "function": {
+        "name": "explain_hash_map", "description": "Explain the map; fix the import of os."}}]
+    for i, text in enumerate(asks + asks[::-1]):
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        if i % 3:  # with tools (the overlap reads the ask's words), or without
+            body["tools"] = described
+        view = view_request("chat", body)
+        assert extract(view, asks=memo) == extract(view)
+        assert len(memo) <= 2
+
+
+def test_the_ask_memo_answers_a_resent_ask_from_memory() -> None:
+    from classifiers.features import AskMemo
+
+    memo = AskMemo(size=1)
+    first = memo.facts("lol, fix this: ```x = 1```")
+    assert memo.facts("lol, fix this: ```x = 1```") is first
+    memo.facts("another ask")
+    assert len(memo) == 1
+    assert memo.facts("lol, fix this: ```x = 1```") is not first  # evicted, read again
+    words = memo.words("explain the hash map")
+    assert words == frozenset({"explain", "hash", "map"})  # "the" is a stop word
+    assert memo.words("explain the hash map") is words

@@ -252,3 +252,19 @@ def test_serving_scores_match_the_plain_numpy_formula() -> None:
         expected = np.exp(logits - logits.max())
         expected /= expected.sum()
         assert np.allclose(scorer.probabilities(view, features), expected, atol=1e-5)
+
+
+def test_the_numeric_values_are_those_of_the_formula_over_every_feature() -> None:
+    """Only the log-scaled positions are visited; the values are exactly those of the formula
+    applied to each feature in turn (log1p of the count-like ones, the rest as they are)."""
+    import math
+
+    from classifiers.model import LOG_SCALED, _numeric_values
+
+    for content in ("hi there", "def f(x):\n    return x * 2\n", "写一首关于秋天的诗", "x" * 3000):
+        view = view_request("chat", {"messages": [{"role": "user", "content": content}],
+                                     "tools": _TOOLS, "max_tokens": 300})
+        features = extract(view)
+        expected = [math.log1p(max(getattr(features, name), 0.0)) if name in LOG_SCALED
+                    else getattr(features, name) for name in FEATURE_NAMES]
+        assert _numeric_values(features) == expected

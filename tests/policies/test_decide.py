@@ -183,3 +183,20 @@ def test_failover_order_puts_the_choice_first_then_healthy_same_profile() -> Non
                 BackendState("plain-0", "plain"), BackendState("plain-1", "plain", healthy=False))
     order = failover_order(Decision("mtp", "mtp-1", "finish", "routes.code"), backends)
     assert order == ["mtp-1", "mtp-0", "plain-0", "plain-1"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, -1.0])
+def test_the_predicted_speedup_is_the_models_for_the_requests_inputs(temperature: float) -> None:
+    """A sampled request's speedup reads no input (none is built for it); a greedy one's reads
+    the request's features and scores: the same figures as asking the model with both."""
+    from policies.decide import _greedy_decoding, predict_speedup
+    from policies.speedup import inputs
+
+    features = replace(FEATURES, temperature=temperature, greedy=temperature == 0.0)
+    scores = _scores("code")
+    model = RouteModel(GB10_DS4, gather(synthetic.observations(synthetic.CPU_PAIR, 200, seed=3),
+                                           POLICY.assume))
+    greedy = _greedy_decoding(POLICY, features)
+    assert greedy == (temperature == 0.0)
+    before = model.speedup(inputs(features.as_dict(), scores.scores), greedy)  # the formula before
+    assert predict_speedup(POLICY, features, scores, model) == before
