@@ -12,12 +12,13 @@ bumps `FEATURE_SCHEMA_VERSION`, and model artifacts refuse to load on a mismatch
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import re
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from classifiers.request_view import RequestView
 
@@ -237,40 +238,19 @@ def asked_words(text: str) -> frozenset[str]:
     return frozenset(_words(text[:OVERLAP_TEXT_CAP]) - _STOP_WORDS)
 
 
-_Read = TypeVar("_Read")
-
-
 class AskMemo:
     """`AskFacts` (and, for requests with tools, `asked_words`) of the last few asks seen,
     owned by the caller (the proxy keeps one per app; no global). An agent loop resends the
     same last user turn with every tool result: looking its facts up (one hash of the text)
     costs ~1 us, reading them again ~17 us, its words ~4-10 us more. Bounded: `size` asks of
-    at most `LAST_USER_CAP` characters in each table."""
+    at most `LAST_USER_CAP` characters in each table (least recently used first out)."""
 
     def __init__(self, size: int = 64) -> None:
-        self._size = size
-        self._facts: OrderedDict[str, AskFacts] = OrderedDict()
-        self._words: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self.facts = functools.lru_cache(maxsize=size)(ask_facts)
+        self.words = functools.lru_cache(maxsize=size)(asked_words)
 
     def __len__(self) -> int:
-        return max(len(self._facts), len(self._words))
-
-    def facts(self, text: str) -> AskFacts:
-        return self._recall(self._facts, text, ask_facts)
-
-    def words(self, text: str) -> frozenset[str]:
-        return self._recall(self._words, text, asked_words)
-
-    def _recall(self, table: OrderedDict[str, _Read], text: str,
-                read: Callable[[str], _Read]) -> _Read:
-        found = table.get(text)
-        if found is not None:
-            table.move_to_end(text)
-            return found
-        found = table[text] = read(text)
-        if len(table) > self._size:
-            table.popitem(last=False)
-        return found
+        return max(self.facts.cache_info().currsize, self.words.cache_info().currsize)
 
 
 def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:
