@@ -221,11 +221,12 @@ class AskFacts:
 
 
 def ask_facts(text: str) -> AskFacts:
+    lines = _sample_lines(text)
     return AskFacts(
         code_fences=_code_fences(text),
-        code_line_share=_code_line_share(text),
+        code_line_share=_code_line_share(lines),
         cjk_share=cjk_share(strip_fences(text)),
-        indented_line_share=_indented_line_share(text),
+        indented_line_share=_indented_line_share(lines),
         starts_with_code=bool(_CODE_START.match(text[:CODE_LINE_CAP])),
         casual_word_share=casual_word_share(text),
         exclaims=exclaims(text),
@@ -406,8 +407,12 @@ def _thinking(view: RequestView) -> bool | None:
     return None
 
 
-def _code_line_share(text: str) -> float:
-    lines = [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
+def _sample_lines(text: str) -> list[str]:
+    """The non-blank lines of the ask's start, which both line shares read."""
+    return [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
+
+
+def _code_line_share(lines: list[str]) -> float:
     if not lines:
         return 0.0
     code = sum(1 for line in lines if _may_be_code(capped := line[:CODE_LINE_CAP])
@@ -423,8 +428,7 @@ def _may_be_code(line: str) -> bool:
             or line.lstrip().startswith(_CODE_STARTS))
 
 
-def _indented_line_share(text: str) -> float:
-    lines = [line for line in text[:CODE_SAMPLE_CAP].splitlines() if line.strip()]
+def _indented_line_share(lines: list[str]) -> float:
     if not lines:
         return 0.0
     return round(sum(1 for line in lines if line[:1] in (" ", "\t")) / len(lines), 4)
