@@ -315,6 +315,9 @@ class Sample:
     total_ms: float
     ttfb_ms: float
     chunk_lag_ms: float | None  # median over the request's chunks
+    # specroute's own time from reading the request to sending it upstream (its
+    # x-specroute-overhead-ms: parse, classify, decide), None from the other targets
+    own_ms: float | None = None
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, body: bytes) -> Sample:
@@ -325,6 +328,7 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: bytes) -> 
                             headers={"Content-Type": "application/json"}) as response:
         if response.status != 200:
             raise RuntimeError(f"{url}: status {response.status}: {(await response.read())[:200]!r}")
+        own = response.headers.get("x-specroute-overhead-ms")
         pending = b""
         async for chunk in response.content.iter_any():
             now_ns = time.monotonic_ns()
@@ -337,7 +341,8 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: bytes) -> 
                 if stamp:
                     lags.append((now_ns - int(stamp.group(1))) / 1e6)
     total = (time.perf_counter() - started) * 1000
-    return Sample(total, ttfb, statistics.median(lags) if lags else None)
+    return Sample(total, ttfb, statistics.median(lags) if lags else None,
+                  float(own) if own is not None else None)
 
 
 async def latency_table(targets: list[Target], rounds: int, per_round: int, deadline: float
@@ -467,6 +472,8 @@ def report(targets: list[Target], lat: dict[tuple[str, bool], dict[str, list[Sam
         for kind in ("same", "new"):
             lines.append(f"specroute / raw aiohttp, req/s ({kind} ask): "
                          f"{tput[kind]['specroute'][0] / tput[kind]['raw aiohttp'][0]:.2f}x")
+    if "specroute" in proxies:
+        lines.append(_own_time_line(lat, "raw aiohttp" in proxies, added))
     lines.append("direct p50 (ms): " + ", ".join(
         f"{kind} {p50([s.total_ms for s in lat[(kind, False)]['direct']]):.2f}"
         for kind in ("1k", "42k", "285k")))
@@ -477,6 +484,19 @@ def report(targets: list[Target], lat: dict[tuple[str, bool], dict[str, list[Sam
                      f"({(last[1] / first[1] - 1) * 100:+.1f}% over the last "
                      f"{last[0] - first[0]:,})")
     return "\n".join(lines)
+
+
+def _own_time_line(lat: dict[tuple[str, bool], dict[str, list[Sample]]], with_raw: bool,
+                   added: Callable[[str, bool, str, Callable[[Sample], float | None]], float]) -> str:
+    """specroute's own decision time (parse, classify, decide: before any byte goes upstream)
+    beside what "within 1.3x of raw" leaves for it: 0.3x the raw pass-through's added time."""
+    cells = []
+    for kind in ("1k", "42k", "285k"):
+        own = p50([s.own_ms for s in lat[(kind, False)]["specroute"] if s.own_ms is not None])
+        budget = (f" (1.3x of raw leaves {0.3 * added(kind, False, 'raw aiohttp', lambda s: s.total_ms):.2f})"
+                  if with_raw else "")
+        cells.append(f"{kind} {own:.2f}{budget}")
+    return "specroute's own time before sending upstream, p50 (ms): " + ", ".join(cells)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -580,3 +600,4 @@ if __name__ == "__main__":
             args.rounds, args.per_round = 3, 3
             args.throughput_requests, args.throughput_rounds, args.memory_requests = 1000, 1, 2000
         asyncio.run(main(args))
+
