@@ -600,4 +600,3 @@ if __name__ == "__main__":
             args.rounds, args.per_round = 3, 3
             args.throughput_requests, args.throughput_rounds, args.memory_requests = 1000, 1, 2000
         asyncio.run(main(args))
-
