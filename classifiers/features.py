@@ -151,7 +151,7 @@ class Features:
 
     def as_dict(self) -> dict[str, float | int | bool]:
         # not dataclasses.asdict: it deep-copies each number, on every request
-        return dict(zip(FEATURE_NAMES, _feature_values(self)))
+        return dict(zip(FEATURE_NAMES, feature_values(self)))
 
     @property
     def agent_structure(self) -> bool:
@@ -161,7 +161,7 @@ class Features:
                 and (self.history_has_tool or self.last_role_tool))
 
     def vector(self) -> tuple[float, ...]:
-        return tuple(float(getattr(self, name)) for name in FEATURE_NAMES)
+        return tuple(map(float, feature_values(self)))
 
 
 # The measured fields, then the properties derived from them (the model reads both, so that
@@ -169,7 +169,8 @@ class Features:
 DERIVED_FEATURES: Final = ("agent_structure",)
 FEATURE_NAMES: Final = tuple(f.name for f in fields(Features)) + DERIVED_FEATURES
 
-_feature_values: Final = operator.attrgetter(*FEATURE_NAMES)  # in FEATURE_NAMES order, in C
+# A `Features`' values in FEATURE_NAMES order (one C call: the hot path reads them all).
+feature_values: Final = operator.attrgetter(*FEATURE_NAMES)
 
 # Model aliases that select a mode regardless of other fields (ds4: deepseek-chat is
 # non-thinking, deepseek-reasoner thinks).
