@@ -106,7 +106,7 @@ def describe_model(model: RouteModel) -> list[str]:
             f"  (prior {p.class_speedup.get(cls, 1.0):.3f}); expected reply"
             f" {model.completion_tokens(cls, 0):.0f} tokens"
         )
-    sampled = model.speedup(_array([0.0] * len(INPUTS)), greedy=False)
+    sampled = model.sampled_speedup()
     lines.append(f"    sampled/thinking {sampled.speedup:.3f} ± {sampled.sd:.3f}"
                  f" (prior {p.sampled_speedup:.3f})")
     weights = model.posterior.weights()

@@ -16,13 +16,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
-import numpy as np
-
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies.observation import Observation, observation_from_record
 from policies.routemodel import RouteEvidence, RouteModel, observe
-from policies.speedup import INPUTS, PriorTerms, class_inputs
+from policies.speedup import PriorTerms, class_inputs
 from policies.store import PolicyStore, Snapshot
 
 # Records kept for re-applying after a reload (a learner that runs every few minutes sees far
@@ -127,7 +125,7 @@ def model_status(model: RouteModel) -> dict[str, Any]:
         p = model.posterior.predict(class_inputs(cls))
         classes[cls] = {"value": p.speedup, "low": p.sample(-1.0), "high": p.sample(1.0),
                         "prior": model.prior.class_speedup.get(cls, 1.0)}
-    sampled = model.speedup(np.zeros(len(INPUTS)), greedy=False)
+    sampled = model.sampled_speedup()
     return {
         "prior": model.prior.name,
         "observations": model.evidence.greedy.n,
