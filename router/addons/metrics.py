@@ -124,9 +124,9 @@ class Metrics:
             self._child(self.completion_tokens, profile, cls).inc(outcome.completion_tokens)
         acceptance = record.acceptance
         if acceptance is not None:
-            self.acceptance.labels(cls).observe(acceptance)
-            self.draft_tokens.labels(cls).inc(outcome.draft_n or 0)
-            self.draft_accepted.labels(cls).inc(outcome.draft_accepted or 0)
+            self._child(self.acceptance, cls).observe(acceptance)
+            self._child(self.draft_tokens, cls).inc(outcome.draft_n or 0)
+            self._child(self.draft_accepted, cls).inc(outcome.draft_accepted or 0)
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
         pool = str(record.decision.get("pool") or profile)
@@ -139,7 +139,7 @@ class Metrics:
         self.backend_restarts.labels(backend=name).inc()
 
     def inc_failover(self, from_backend: str, to_backend: str) -> None:
-        self.failovers.labels(from_backend=from_backend, to_backend=to_backend).inc()
+        self._child(self.failovers, from_backend, to_backend).inc()
 
     def inc_sink_failure(self, sink: str) -> None:
         self.sink_failures.labels(sink=sink).inc()
