@@ -200,9 +200,7 @@ def chat_with_tools(chats: Sequence[Row], tool_rows: Sequence[Row], limit: int) 
         donors = by_source[sources[n % len(sources)]]
         donor = donors[(n // len(sources) * 7919) % len(donors)]
         derived = _derive(row, "tools", row.label, {**row.request, "tools": donor.request["tools"]})
-        if donor.source != row.source:
-            derived = replace(derived, also_from=(donor.source,))
-        out.append(derived)
+        out.append(_borrowing(derived, donor))
     return out
 
 
@@ -223,6 +221,13 @@ def after_small_talk(asks: Sequence[Row], chats: Sequence[Row], limit: int) -> l
         talk = pool[(n * 7919) % len(pool)]
         messages = [*_messages(talk)[:-1], *_messages(ask)]
         derived = _derive(ask, "after_talk", ask.label, {**ask.request, "messages": messages})
-        out.append(replace(derived, also_from=(talk.source,)) if talk.source != ask.source
-                   else derived)
+        out.append(_borrowing(derived, talk))
     return out
+
+
+def _borrowing(derived: Row, donor: Row) -> Row:
+    """`derived`, marked as holding `donor`'s material when that is another source's (leaving
+    that source out of training leaves the row out too)."""
+    if donor.source == derived.source:
+        return derived
+    return replace(derived, also_from=(*derived.also_from, donor.source))
