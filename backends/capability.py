@@ -2,28 +2,49 @@
 
 Routing between a speculative and a plain instance only makes sense if they return the same
 tokens: same model on both (compared by the ids of `GET /v1/models`). A mismatch refuses the
-start. Then one tiny greedy request goes to every backend: the mtp instances must report drafted
-tokens (llama.cpp timings, vLLM metrics, SGLang meta_info, or Prometheus counter deltas); when
-they report none, or the engine reports nothing, the result carries a warning, not a refusal.
+start. Then one short greedy request goes to every backend, one backend at a time (instances
+that share a machine must not share it while they are timed): the mtp instances must report
+drafted tokens (llama.cpp timings, vLLM metrics, SGLang meta_info, or Prometheus counter
+deltas); when they report none, or the engine reports nothing, the result carries a warning,
+not a refusal. Each answer is kept with its wall time (`ProbeResult.timed`): the router takes
+them as the first measurements of this machine's paces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
 from backends.engines import ADAPTERS, EngineAdapter
 from backends.spec import BackendSpec
-from backends.stats import EMPTY, UpstreamReport, counter_delta, parse_prometheus, read_report
+from backends.stats import (
+    EMPTY,
+    UpstreamReport,
+    counter_delta,
+    merge,
+    parse_prometheus,
+    read_report,
+)
 
 PROBE_PROMPT = "Count from 1 to 20, separated by commas."
+PROBE_MAX_TOKENS = 32  # long enough to time a decode, short enough for a slow CPU start
 
 
 class CapabilityError(RuntimeError):
     """The configured backends cannot be routed between (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimedProbe:
+    """One probe request's answer as the backend reported it, and its wall time."""
+
+    body: Mapping[str, object]  # the request as the client side wrote it (no engine tweaks)
+    report: UpstreamReport
+    elapsed_ms: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +54,7 @@ class ProbeResult:
     drafted: Mapping[str, int | None]  # backend -> drafted tokens seen (None: not reported)
     errors: tuple[str, ...]  # reasons to refuse the start
     warnings: tuple[str, ...]
+    timed: Mapping[str, TimedProbe] = field(default_factory=dict)  # backend -> its answer
 
     @property
     def ok(self) -> bool:
@@ -49,26 +71,35 @@ async def capability_probe(
     *,
     adapters: Mapping[str, EngineAdapter] = ADAPTERS,
     timeout_s: float = 120.0,
-    max_tokens: int = 16,
+    max_tokens: int = PROBE_MAX_TOKENS,
 ) -> ProbeResult:
-    """Compare the models of every backend, then send each one tiny greedy request."""
+    """Compare the models of every backend, then send each one short greedy request, in turn."""
     listed = await asyncio.gather(*(_model_ids(s, adapters, session, timeout_s) for s in specs))
     models = {spec.name: ids for spec, (ids, _) in zip(specs, listed)}
     warnings = [why for _, why in listed if why]
     errors = _model_mismatch(specs, models)
     common = common_model(models)
     drafted: dict[str, int | None] = {}
+    timed: dict[str, TimedProbe] = {}
     if not errors and common:
-        reports = await asyncio.gather(*(
-            _probe_request(spec, adapters[spec.engine], session, common, timeout_s, max_tokens)
-            for spec in specs if models[spec.name]
-        ))
-        for spec, (report, why) in zip([s for s in specs if models[s.name]], reports):
-            drafted[spec.name] = report.draft_n
-            warnings += [why] if why else _speculation_warnings(spec, report)
+        for spec in specs:
+            if not models[spec.name]:
+                continue
+            probe, why = await _probe_request(spec, adapters[spec.engine], session, common,
+                                              timeout_s, max_tokens)
+            drafted[spec.name] = probe.report.draft_n
+            warnings += [why] if why else _speculation_warnings(spec, probe.report)
+            if not why:
+                timed[spec.name] = probe
     if {spec.profile for spec in specs} != {"mtp", "plain"}:
         warnings.append("only one profile is configured: every request goes to it")
-    return ProbeResult(models, common, drafted, tuple(errors), tuple(warnings))
+    return ProbeResult(models, common, drafted, tuple(errors), tuple(warnings), timed)
+
+
+def probe_body(model: str, max_tokens: int = PROBE_MAX_TOKENS) -> dict[str, object]:
+    """The probe request: a short greedy generation, the same for every backend."""
+    return {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": False}
 
 
 async def _model_ids(
@@ -112,24 +143,26 @@ def common_model(models: Mapping[str, tuple[str, ...]]) -> str:
 async def _probe_request(
     spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
     model: str, timeout_s: float, max_tokens: int,
-) -> tuple[UpstreamReport, str]:
-    body = {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": False}
-    body = adapter.request_tweaks(body, stream=False, path="/v1/chat/completions").body
+) -> tuple[TimedProbe, str]:
+    sent = probe_body(model, max_tokens)
+    body = adapter.request_tweaks(dict(sent), stream=False, path="/v1/chat/completions").body
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         before = await scrape_metrics(spec, adapter, session, timeout)
+        started = time.monotonic()
         async with session.post(spec.base_url + "/v1/chat/completions", json=body,
                                 headers=_auth(spec), timeout=timeout) as response:
             payload = await response.json(content_type=None)
             response.raise_for_status()
+        elapsed_ms = (time.monotonic() - started) * 1000.0
         report = read_report(payload)
         if report.draft_n is None and adapter.counters is not None and before is not None:
             after = await scrape_metrics(spec, adapter, session, timeout)
-            report = counter_delta(before, after or {}, adapter.counters)
+            delta = counter_delta(before, after or {}, adapter.counters)
+            report = merge(report, delta)
     except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-        return EMPTY, f"backend {spec.name!r}: the probe request failed: {error}"
-    return report, ""
+        return TimedProbe(sent, EMPTY, 0.0), f"backend {spec.name!r}: the probe request failed: {error}"
+    return TimedProbe(sent, report, elapsed_ms), ""
 
 
 async def scrape_metrics(

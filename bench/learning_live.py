@@ -27,7 +27,7 @@ import aiohttp
 
 from backends.local.simulator import create_sim_app
 from backends.spec import BackendSpec
-from bench.learning import POLICY_PATH, gb10_states
+from bench.learning import POLICY_PATH, machine_states
 from bench.traffic import MIXES, TrafficRequest, make_mix
 from router.app import create_app
 from router.config import Config, LearnConfig, LogConfig
@@ -88,7 +88,7 @@ async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, 
         print("nginx is not installed (apt-get install -y nginx): no live comparison")
         return
     requests = make_mix(mix, n, seed)
-    sims = gb10_states()
+    sims = machine_states("gb10")
     stops = []
     tmp = Path(tempfile.mkdtemp(prefix="specroute-live-"))
     process: asyncio.subprocess.Process | None = None

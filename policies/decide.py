@@ -23,7 +23,7 @@ from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.finish import Candidate, InFlight, Queued, queued_ms, soonest
+from policies.finish import THIN_BELOW, Candidate, InFlight, Queued, queued_ms, soonest
 from policies.routemodel import RouteModel
 from policies.schema import Policy, Profile, Route
 from policies.sessions import Held
@@ -214,7 +214,7 @@ def candidate(
         median = drawn = t_plain
     work = b.work()
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
-                     waiting=work.requests)
+                     waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW)
 
 
 def failover_order(

@@ -16,6 +16,8 @@ from classifiers.features import Features
 from classifiers.scores import CLASSES, Scores
 from policies.decide import Decision
 from policies.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.machine import MachinePrior
+from policies.pace import Pace, paces, prior_note
 from policies.pools import PoolRoute, route_text
 from policies.routemodel import RouteModel
 from policies.schema import Policy
@@ -92,11 +94,10 @@ def describe_model(model: RouteModel) -> list[str]:
                         for k, v in sorted(e.prefill.items())) or "(prior only)"
     lines = [
         f"Route model: prior {p.name} ({p.source}); {e.greedy.n} greedy and {e.sampled.n}"
-        f" sampled mtp requests, {e.plain_ms.n} plain requests learned from"
+        f" sampled mtp requests, {e.plain.n} plain requests learned from"
         + (f" (through {e.through})" if e.through else ""),
-        (f"  plain step {model.t_plain_ms:.1f} ± {model.t_plain_sd:.1f} ms (prior"
-        f" {p.t_plain_ms:.1f}); prefill ms per uncached token: {prefill} (prior"
-        f" {p.prefill_ms_per_token:g})"),
+        *(_pace_line(pace, p) for pace in paces(model)),
+        f"  prefill ms per uncached token: {prefill} (prior {p.prefill_ms_per_token:g})",
         "  predicted mtp speedup for a request wholly of one class (median, ± sd of log):",
     ]
     for cls in CLASSES:
@@ -115,6 +116,17 @@ def describe_model(model: RouteModel) -> list[str]:
                  f" {weights['bias'][0]:+.3f} ± {weights['bias'][1]:.3f}; " + ", ".join(
                      f"{n} {weights[n][0]:+.3f} ± {weights[n][1]:.3f}" for n in shown))
     return lines
+
+
+def _pace_line(pace: Pace, prior: MachinePrior) -> str:
+    """One kind of instance's pace: the model's median and 1-sd range, and where it comes from."""
+    what = "plain step" if pace.profile == "plain" else "mtp step (the average mtp request)"
+    source = {"prior": "the prior alone, nothing measured yet",
+              "probe": f"{pace.probes} startup probe{'s' if pace.probes != 1 else ''}",
+              "log": f"{pace.n} requests, {pace.probes} of them startup probes"}[pace.source]
+    note = prior_note(prior, pace)
+    return (f"  {what} {pace.ms_per_token:.3g} ms/token ({pace.low:.3g}-{pace.high:.3g}, 1 sd;"
+            f" prior {pace.prior_ms_per_token:.3g}), from {source}" + (f"; {note}" if note else ""))
 
 
 def _array(values: list[float]) -> Vector:

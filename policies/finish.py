@@ -11,7 +11,8 @@ The speedup is drawn from its posterior (Thompson sampling, one standard normal 
 and a draw that would pick another instance than the posterior mean is followed only when the
 expected regret of doing so (the mean cost there over the best mean cost, less one) is at
 most `max_regret`: exploration costs at most that share of a request's time, and only where the
-evidence leaves the choice open.
+evidence leaves the choice open. Until a kind of instance has been measured `THIN_BELOW` times
+(the startup probe is one), its mean is the prior's guess and a draw for it is followed anyway.
 
 The cost of a choice is not only this request's finish: every request that will queue behind
 it on that instance waits its service time there too. In a FIFO queue that serves one request
@@ -37,6 +38,9 @@ from typing import Final, NamedTuple
 # An in-flight request that has run past its predicted time is taken to need at least this
 # share of its prediction more (it is busy, not done).
 OVERRUN_SHARE: Final = 0.2
+# A kind of instance measured fewer times than this is thin: its predicted pace is mostly the
+# prior's, so the regret bound (computed from it) does not stop a draw from measuring it.
+THIN_BELOW: Final = 3
 
 
 class InFlight(NamedTuple):
@@ -89,6 +93,9 @@ class Candidate:
     ms_per_token: float  # at the posterior median of the speedup
     sampled_ms_per_token: float  # at the Thompson draw
     waiting: int = 0  # requests on the instance now (the expected number to queue behind it)
+    # its kind of instance is measured too thinly for the posterior mean to be more than the
+    # prior's guess: a draw that picks it is followed whatever that mean says (`soonest`)
+    thin: bool = False
 
     def finish_ms(self, tokens: float, sampled: bool = False) -> float:
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
@@ -115,7 +122,12 @@ def soonest(
     candidates: Sequence[Candidate], tokens: float, *, max_regret: float
 ) -> Choice | None:
     """The candidate with the least predicted cost: its finish, plus the delay it imposes on the
-    requests expected to queue behind it (Thompson draw, regret-bounded)."""
+    requests expected to queue behind it (Thompson draw, regret-bounded). The bound is on the
+    regret at the posterior mean, which is only as good as the evidence: a draw for a `thin`
+    candidate (its kind of instance barely measured, its mean mostly the prior's) is followed
+    whatever it costs there, so that what was judged from the prior alone gets measured; the
+    draw is wide only while the evidence is thin, and a clear loser is drawn rarely even then.
+    `max_regret` 0: no exploration at all."""
     if not candidates:
         return None
     # each candidate's costs computed once; ties go to a plain instance (a draft costs power
@@ -126,7 +138,8 @@ def soonest(
     best_mean, _, best = min(ranked, key=_MEAN)
     drawn_mean, _, drawn = min(ranked, key=_DRAWN)
     finish = {c.name: c.finish_ms(tokens) for c in candidates}
-    if drawn.name != best.name and _regret(drawn_mean[0], best_mean[0]) <= max_regret:
+    thin = drawn.thin and max_regret > 0  # 0: no exploration at all
+    if drawn.name != best.name and (thin or _regret(drawn_mean[0], best_mean[0]) <= max_regret):
         return Choice(drawn, True, finish)
     return Choice(best, False, finish)
 

@@ -17,7 +17,9 @@ from typing import Any, Final
 
 from policies.routemodel import RouteEvidence
 
-LEARNED_VERSION: Final = 2  # 2: the route model's evidence (policies.routemodel)
+# 2: the route model's evidence (policies.routemodel); 3: every pace in log(ms per token), the
+# pace and the speedup learned jointly, startup probes counted
+LEARNED_VERSION: Final = 3
 # A threshold above every p_spec: the learner found no bin where speculation pays.
 NEVER: Final = 1.01
 ANY_LANG: Final = "*"
@@ -171,7 +173,10 @@ def from_json(text: str) -> LearnedState:
             raise TypeError("the file must hold a JSON object")
         version = data.get("version")
         if version != LEARNED_VERSION:
-            raise LearnedStateError(f"version {version!r}, expected {LEARNED_VERSION}")
+            raise LearnedStateError(
+                f"version {version!r}, expected {LEARNED_VERSION}: it is derived from the "
+                "decision log, so relearn it (`specroute learn`, or the proxy's background "
+                "learner rewrites it at its next run)")
         return _state_from(data)
     except LearnedStateError:
         raise

@@ -13,6 +13,9 @@ margin gate skipping ~44% of cycles; plain decode ~13.7-15.6 tok/s). ds4 specula
 greedy decoding: a sampled request runs at plain pace on the mtp instance.
 `local-pair`: the README's measured Qwen2.5-Coder pair on 2 CPU cores, where a 2-token verify
 costs about twice a plain step and speculation loses on every class.
+`neutral` (the shipped default): nothing assumed; the startup probe and the log measure it all.
+Every prior's pace is only a start: its `pace_sd` is wide, so this machine's own measurements
+of both instances decide (`policies.speedup`).
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ class MachinePrior:
     t_plain_ms: float  # one plain decode step
     prefill_ms_per_token: float
     completion_tokens: float  # a typical completion when the request sets no max_tokens
-    # Spreads the learner starts from: of a class's log-speedup, of the machine-wide shift of
-    # log-speedup, of one request's log-speedup around its prediction, of the plain step.
+    # Spreads the learner starts from, all in log space: of a class's log-speedup, of the
+    # machine-wide shift of log-speedup, of one request's log(ms per token) around its
+    # prediction, of the plain pace (how far this machine may be from `t_plain_ms`: another
+    # model, engine or box is easily 3-10x off, and a few measurements must win over it).
     class_sd: float = 0.04
-    shift_sd: float = 0.1
+    shift_sd: float = 0.25
     noise_sd: float = 0.08
-    t_plain_cv: float = 0.25
+    pace_sd: float = 1.5
     source: str = ""  # where the figures come from
     extra: Mapping[str, float] = field(default_factory=dict)  # reported, not used: acceptance...
 
@@ -76,7 +81,24 @@ LOCAL_PAIR: Final = MachinePrior(
     extra={"acceptance_code": 0.97, "acceptance_chat_zh": 0.63},
 )
 
-BUILTIN: Final[Mapping[str, MachinePrior]] = {p.name: p for p in (GB10_DS4, LOCAL_PAIR)}
+# Nothing known of the machine: speculation neither pays nor loses until measured, the pace
+# anywhere within a factor of ~20 of 50 ms per token at 2 sd. The startup probe and the first
+# requests measure both; exploration then follows the evidence.
+NEUTRAL: Final = MachinePrior(
+    name="neutral",
+    class_speedup={c: 1.0 for c in CLASSES},
+    sampled_speedup=1.0,
+    t_plain_ms=50.0,
+    prefill_ms_per_token=1.0,
+    completion_tokens=256.0,
+    class_sd=0.1,
+    shift_sd=0.5,
+    noise_sd=0.1,
+    source="no machine assumed: every figure is measured here",
+)
+
+BUILTIN: Final[Mapping[str, MachinePrior]] = {
+    p.name: p for p in (NEUTRAL, GB10_DS4, LOCAL_PAIR)}
 
 
 class PriorFile(BaseModel):
@@ -93,9 +115,12 @@ class PriorFile(BaseModel):
     prefill_ms_per_token: float = Field(1.0, ge=0, description="prefill cost per prompt token")
     completion_tokens: float = Field(256.0, gt=0, description="typical completion length")
     class_sd: float = Field(0.04, gt=0, description="uncertainty of a class's log-speedup")
-    shift_sd: float = Field(0.1, gt=0, description="uncertainty of the machine-wide shift")
-    noise_sd: float = Field(0.08, gt=0, description="one request's spread around its prediction")
-    t_plain_cv: float = Field(0.25, gt=0, description="relative uncertainty of t_plain_ms")
+    shift_sd: float = Field(0.25, gt=0, description="uncertainty of the machine-wide shift of "
+                            "log-speedup")
+    noise_sd: float = Field(0.08, gt=0, description="one request's spread of log(ms per token) "
+                            "around its prediction")
+    pace_sd: float = Field(1.5, gt=0, description="uncertainty of log(t_plain_ms): how far this "
+                           "machine's plain pace may be from it")
 
     def prior(self, source: str) -> MachinePrior:
         unknown = sorted(set(self.class_speedup) - set(CLASSES))

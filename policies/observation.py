@@ -8,12 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from decisionlog.records import RouteRecord
 from policies.rewrite import logged_features_as_sent
 from policies.schema import Assume
 from policies.speedup import inputs as speedup_inputs
+
+# The decision reason of a startup probe's record (router/pace_probe): the proxy timed a short
+# greedy generation on the instance before any client request.
+PROBE_REASON: Final = "probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class Observation:
     queued: bool = False  # work was queued ahead of it on its instance when it was routed
     backend: str = ""
     ts: str = ""
+    probe: bool = False  # the proxy's own startup probe of the instance's pace
 
     def greedy(self, assume: Assume) -> bool:
         """Whether the request decoded greedily without thinking (where speculation can pay),
@@ -86,6 +91,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             queued=bool(record.decision.get("queue_ms") or 0),
             backend=str(outcome.backend or record.decision.get("backend") or ""),
             ts=str(record.ts or ""),
+            probe=record.decision.get("reason") == PROBE_REASON,
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

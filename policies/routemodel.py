@@ -1,13 +1,14 @@
 """What the router predicts per request and instance, learned from the decision log over a
-machine prior: the plain step time, the speedup of an mtp instance for this request, the
-prefill rate, and how many tokens the request will produce. Every term has an uncertainty.
+machine prior: the plain pace, the speedup of an mtp instance for this request, the prefill
+rate, and how many tokens the request will produce. Every term has an uncertainty.
 
 Pure: observations in, sufficient statistics (`RouteEvidence`, additive, JSON-able) out; a
 `RouteModel` combines them with a `MachinePrior`. No I/O, no clock.
 
-Speedup observations are stored as -log(ms per token on the mtp instance): the log-speedup is
-that plus log(t_plain), and since the model has a bias input, the plain step estimate can be
-folded in when the posterior is formed; evidence stays valid as the plain estimate improves.
+Every served request is stored as log(ms per token) on the instance that served it; the pace
+and the speedup are estimated jointly from both kinds of instance (`policies.speedup`), so the
+speedup is one instance measured against the other, and the prior's pace is only where the
+model starts.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from policies.speedup import (
     PriorTerms,
     ScalarEvidence,
     Vector,
-    normal_posterior,
 )
 
 # A request's prefill rate is learned only from prompts at least this long (short prompts are
@@ -45,9 +45,10 @@ _NO_DATA: Final = ScalarEvidence()
 class RouteEvidence:
     """Everything learned from the log, as sums (merge two by adding)."""
 
-    greedy: Evidence = field(default_factory=Evidence.empty)  # y = -log(mtp ms/token)
-    sampled: ScalarEvidence = field(default_factory=ScalarEvidence)  # -log(mtp ms/token), sampled or thinking
-    plain_ms: ScalarEvidence = field(default_factory=ScalarEvidence)  # ms per token on plain instances
+    greedy: Evidence = field(default_factory=Evidence.empty)  # y = log(mtp ms/token)
+    sampled: ScalarEvidence = field(default_factory=ScalarEvidence)  # log(mtp ms/token), sampled or thinking
+    plain: ScalarEvidence = field(default_factory=ScalarEvidence)  # log(ms/token) on plain instances
+    probes: Mapping[str, int] = field(default_factory=dict)  # profile -> startup probes among them
     prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # profile -> ms/token
     completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
     through: str = ""  # timestamp of the newest record included
@@ -56,7 +57,9 @@ class RouteEvidence:
         return RouteEvidence(
             greedy=self.greedy.merged(other.greedy),
             sampled=self.sampled.merged(other.sampled),
-            plain_ms=self.plain_ms.merged(other.plain_ms),
+            plain=self.plain.merged(other.plain),
+            probes={k: self.probes.get(k, 0) + other.probes.get(k, 0)
+                    for k in sorted({*self.probes, *other.probes})},
             prefill=_merge(self.prefill, other.prefill),
             completion=_merge(self.completion, other.completion),
             through=max(self.through, other.through),
@@ -73,7 +76,8 @@ class RouteEvidence:
         return {
             "greedy": self.greedy.as_json(),
             "sampled": [self.sampled.n, self.sampled.total, self.sampled.squares],
-            "plain_ms": [self.plain_ms.n, self.plain_ms.total, self.plain_ms.squares],
+            "plain": [self.plain.n, self.plain.total, self.plain.squares],
+            "probes": dict(sorted(self.probes.items())),
             "prefill": scalars(self.prefill),
             "completion": scalars(self.completion),
             "through": self.through,
@@ -88,7 +92,8 @@ class RouteEvidence:
         return cls(
             greedy=Evidence.from_json(data["greedy"]),
             sampled=scalar(data["sampled"]),
-            plain_ms=scalar(data["plain_ms"]),
+            plain=scalar(data["plain"]),
+            probes={str(k): int(v) for k, v in dict(data.get("probes", {})).items()},
             prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
             completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
             through=str(data.get("through", "")),
@@ -110,7 +115,7 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
     rows: list[tuple[Vector, float]] = []
     for o in observations:
         if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
-            rows.append((np.array(o.inputs, dtype=np.float64), -math.log(o.ms_per_token)))
+            rows.append((np.array(o.inputs, dtype=np.float64), math.log(o.ms_per_token)))
             evidence = replace(evidence, **_others(evidence, o))
         else:
             evidence = add_scalars(evidence, o, assume)
@@ -121,7 +126,7 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
     """The evidence with one more observation (what the proxy does as records arrive)."""
     if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
         x = np.array(o.inputs, dtype=np.float64)
-        evidence = replace(evidence, greedy=evidence.greedy.plus(x, -math.log(o.ms_per_token)))
+        evidence = replace(evidence, greedy=evidence.greedy.plus(x, math.log(o.ms_per_token)))
         return replace(evidence, **_others(evidence, o))
     return add_scalars(evidence, o, assume)
 
@@ -129,15 +134,17 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
 def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     changes = _others(evidence, o)
     if o.profile == "plain":
-        changes["plain_ms"] = evidence.plain_ms.plus(o.ms_per_token)
+        changes["plain"] = evidence.plain.plus(math.log(o.ms_per_token))
     elif not o.greedy(assume):
-        changes["sampled"] = evidence.sampled.plus(-math.log(o.ms_per_token))
+        changes["sampled"] = evidence.sampled.plus(math.log(o.ms_per_token))
     return replace(evidence, **changes)
 
 
 def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
     """Prefill rate (only when nothing was queued ahead) and completion length."""
     changes: dict[str, Any] = {"through": max(evidence.through, o.ts)}
+    if o.probe:
+        changes["probes"] = {**evidence.probes, o.profile: evidence.probes.get(o.profile, 0) + 1}
     completion = dict(evidence.completion)
     completion[o.cls] = completion.get(o.cls, _NO_DATA).plus(float(o.completion_tokens))
     changes["completion"] = completion
@@ -158,23 +165,10 @@ class RouteModel:
         """`terms`: `PriorTerms.of(prior)`, when the caller keeps it (it rebuilds the model
         with every record)."""
         self.prior, self.evidence = prior, evidence
-        self.t_plain_ms, self.t_plain_sd = self._t_plain()
-        # Fold log(t_plain) into the stored -log(mtp ms/token): xty += log t * sum(x).
-        greedy = evidence.greedy
-        shift = math.log(self.t_plain_ms)
-        folded = Evidence(greedy.xtx, greedy.xty + shift * greedy.xtx[:, 0], greedy.yy, greedy.n)
-        self.posterior = Posterior(prior, folded, terms)
-        sampled = evidence.sampled
-        shifted = ScalarEvidence(sampled.n, sampled.total + shift * sampled.n, sampled.squares)
-        self._sampled = normal_posterior(
-            math.log(prior.sampled_speedup), prior.shift_sd, prior.noise_sd, shifted
-        )
-
-    def _t_plain(self) -> tuple[float, float]:
-        p, data = self.prior, self.evidence.plain_ms
-        spread = data.sd() if data.n >= 3 else math.nan
-        noise = spread if math.isfinite(spread) and spread > 0 else p.t_plain_cv * p.t_plain_ms
-        return normal_posterior(p.t_plain_ms, p.t_plain_cv * p.t_plain_ms, noise, data)
+        terms = terms if terms is not None else PriorTerms.of(prior)
+        self.posterior = Posterior(terms, evidence.greedy, evidence.plain, evidence.sampled)
+        self.pace = self.posterior.pace(evidence.plain.n)
+        self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
 
     def speedup(self, x: Vector, greedy: bool) -> Prediction:
         """log-speedup of an mtp instance over plain for this request, with its uncertainty."""
@@ -182,8 +176,19 @@ class RouteModel:
 
     def sampled_speedup(self) -> Prediction:
         """log-speedup of sampled or thinking requests: one figure, whatever the request."""
-        mean, sd = self._sampled
-        return Prediction(mean, sd, self.evidence.sampled.n)
+        return self.posterior.sampled(self.evidence.sampled.n)
+
+    def measured(self, profile: str) -> int:
+        """Served requests of `profile` learned from (startup probes included)."""
+        return self.evidence.plain.n if profile == "plain" else self.evidence.n_mtp
+
+    def pace_source(self, profile: str) -> str:
+        """Where the pace on instances of `profile` comes from: prior, probe or log."""
+        n = self.measured(profile)
+        probes = self.evidence.probes.get(profile, 0)
+        if n == 0:
+            return "prior"
+        return "probe" if n == probes else "log"
 
     def prefill_ms_per_token(self, profile: str) -> float:
         data = self.evidence.prefill.get(profile, _NO_DATA)

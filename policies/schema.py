@@ -84,9 +84,9 @@ class Stickiness(_Strict):
 class Policy(_Strict):
     schema_version: Literal[1] = 1
     prior: str = Field(
-        "gb10-ds4",
-        description="machine prior to start from: gb10-ds4, local-pair, or a YAML file "
-                    "(relative to the policy file)",
+        "neutral",
+        description="machine prior to start from: neutral (nothing assumed), gb10-ds4, "
+                    "local-pair, or a YAML file (relative to the policy file)",
     )
     fallback: Profile = Field("plain", description="profile when the classifier fails")
     default: Route = Field("plain", description="profile for a class with no route")

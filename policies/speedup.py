@@ -3,14 +3,17 @@ logged features and the classifier's scores.
 
 Pure: numpy arithmetic on data passed in; no I/O, no clock, no globals.
 
-The model is a Bayesian linear regression of log-speedup on `INPUTS` (Gaussian prior from the
-machine profile, known noise): the prior puts each class's published log-speedup on the
-classifier's probability of that class, so a cold start routes by the machine's figures; every
-served mtp request adds one observation, so that structure the classifier misreads (tools
-attached with tool calls in the history read as chat, say) is corrected by the outcomes over
-the features themselves. `Evidence` holds only sufficient statistics (additive: the learner
-sums the log, the proxy adds each record as it arrives); `Posterior` combines them with a prior.
-Thompson sampling draws the request's log-speedup from its posterior marginal, one normal draw.
+The model is a Bayesian linear regression of log(ms per token) on every served request, plain
+and mtp alike (Gaussian prior from the machine profile, known noise), over joint parameters:
+the plain pace, and the log-speedup weights over `INPUTS`. The prior puts each class's
+log-speedup on the classifier's probability of that class, so a cold start routes by the
+machine's figures; every served request adds one observation, so that structure the
+classifier misreads (tools attached with tool calls in the history read as chat, say) is
+corrected by the outcomes over the features themselves, and the speedup is measured as one
+instance against the other, never against the prior's pace. `Evidence` holds only sufficient
+statistics (additive: the learner sums the log, the proxy adds each record as it arrives);
+`Posterior` combines them with a prior. Thompson sampling draws the request's log-speedup from
+its posterior marginal, one normal draw.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ def class_inputs(cls: str) -> Vector:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Evidence:
-    """Sufficient statistics of observed log-speedups: sum of x x^T, of x y, of y^2, count."""
+    """Sufficient statistics of greedy mtp requests: sum of x x^T, of x y, of y^2 and the
+    count, y being log(ms per token) on the mtp instance."""
 
     xtx: Vector  # (d, d)
     xty: Vector  # (d,)
@@ -163,42 +167,89 @@ class Prediction:
         return math.exp(self.mean)
 
 
+# The joint model's parameters: the plain pace (log ms per token on a plain instance), the
+# speedup weights over `INPUTS`, and the log-speedup of sampled or thinking requests.
+PACE: Final = 0
+WEIGHTS: Final = slice(1, 1 + len(INPUTS))
+SAMPLED: Final = 1 + len(INPUTS)
+PARAMETERS: Final = 2 + len(INPUTS)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PriorTerms:
-    """What a posterior takes from the prior alone: its precision and precision-weighted mean,
-    and the noise variance. Computed once per prior, reused for every update of the evidence."""
+    """What a posterior takes from the prior alone: its precision and precision-weighted mean
+    over the joint parameters, and the noise variance. Computed once per prior, reused for
+    every update of the evidence."""
 
-    precision: Vector  # (d, d), diagonal
-    weighted_mean: Vector  # (d,)
+    precision: Vector  # (D, D), diagonal
+    weighted_mean: Vector  # (D,)
     noise: float
 
     @classmethod
     def of(cls, prior: MachinePrior) -> PriorTerms:
-        mean0, var0 = prior_weights(prior)
-        return cls(np.diag(1.0 / var0), mean0 / var0, prior.noise_sd**2)
+        mean = np.zeros(PARAMETERS)
+        var = np.ones(PARAMETERS)
+        mean[PACE], var[PACE] = math.log(prior.t_plain_ms), prior.pace_sd**2
+        mean[WEIGHTS], var[WEIGHTS] = prior_weights(prior)
+        mean[SAMPLED], var[SAMPLED] = math.log(prior.sampled_speedup), prior.shift_sd**2
+        return cls(np.diag(1.0 / var), mean / var, prior.noise_sd**2)
 
 
 class Posterior:
-    """The weights' posterior under a prior and evidence (noise sd from the prior)."""
+    """The joint posterior of the plain pace and the speedup weights.
 
-    def __init__(
-        self, prior: MachinePrior, evidence: Evidence, terms: PriorTerms | None = None
-    ) -> None:
-        terms = terms if terms is not None else PriorTerms.of(prior)
-        noise = terms.noise
-        precision = terms.precision + evidence.xtx / noise
+    Every served request is one observation of log(ms per token) on the instance that served
+    it: on a plain instance that is the pace; on an mtp instance the pace less the request's
+    log-speedup (x . w, or the sampled log-speedup). So the speedup is identified from what
+    both kinds of instance did, and the prior's pace only starts the model off: with a wide
+    `pace_sd`, a few observations of a pace far from it win over it. Where one kind of instance
+    is thin, the speedup's uncertainty says so (it carries the pace's), and the decision's
+    Thompson draw explores it.
+    """
+
+    def __init__(self, terms: PriorTerms, greedy: Evidence, plain: ScalarEvidence,
+                 sampled: ScalarEvidence) -> None:
+        # greedy mtp rows a = (1, -x, 0) (x[0], the bias, is 1), sampled mtp rows (1, 0, -1),
+        # plain rows (1, 0, 0); y = log(ms per token). The data's sum a a^T and sum a y:
+        data, ay = np.zeros((PARAMETERS, PARAMETERS)), np.zeros(PARAMETERS)
+        data[PACE, PACE] = greedy.n + plain.n + sampled.n
+        data[PACE, WEIGHTS] = data[WEIGHTS, PACE] = -greedy.xtx[0]
+        data[WEIGHTS, WEIGHTS] = greedy.xtx
+        data[PACE, SAMPLED] = data[SAMPLED, PACE] = -sampled.n
+        data[SAMPLED, SAMPLED] = sampled.n
+        ay[PACE] = greedy.xty[0] + plain.total + sampled.total
+        ay[WEIGHTS] = -greedy.xty
+        ay[SAMPLED] = -sampled.total
+        precision = terms.precision + data / terms.noise
+        weighted = terms.weighted_mean + ay / terms.noise
         self.cov: Vector = np.asarray(np.linalg.inv(precision), dtype=np.float64)
-        self.mean: Vector = self.cov @ (terms.weighted_mean + evidence.xty / noise)
-        self.n = evidence.n
+        self.mean: Vector = self.cov @ weighted
+        self.n = greedy.n
+        self._w_mean = self.mean[WEIGHTS]
+        self._w_cov = self.cov[WEIGHTS, WEIGHTS]
 
     def predict(self, x: Vector) -> Prediction:
-        variance = float(x @ self.cov @ x)
-        return Prediction(float(x @ self.mean), math.sqrt(max(variance, 0.0)), self.n)
+        """The log-speedup x . w of a greedy request, with its uncertainty."""
+        variance = float(x @ self._w_cov @ x)
+        return Prediction(float(x @ self._w_mean), math.sqrt(max(variance, 0.0)), self.n)
+
+    def pace(self, n: int) -> Prediction:
+        """log(ms per token) on a plain instance (`n`: the plain observations behind it)."""
+        return Prediction(float(self.mean[PACE]), _sd(self.cov[PACE, PACE]), n)
+
+    def sampled(self, n: int) -> Prediction:
+        """The log-speedup of sampled or thinking requests, whatever the request."""
+        return Prediction(float(self.mean[SAMPLED]), _sd(self.cov[SAMPLED, SAMPLED]), n)
 
     def weights(self) -> dict[str, tuple[float, float]]:
         """Each input's weight and its standard deviation (for `policy explain`)."""
-        sd = np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
-        return {name: (float(m), float(s)) for name, m, s in zip(INPUTS, self.mean, sd, strict=True)}
+        sd = np.sqrt(np.clip(np.diag(self._w_cov), 0.0, None))
+        return {name: (float(m), float(s))
+                for name, m, s in zip(INPUTS, self._w_mean, sd, strict=True)}
+
+
+def _sd(variance: float) -> float:
+    return math.sqrt(max(float(variance), 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,12 +276,3 @@ class ScalarEvidence:
         if self.n < 2:
             return math.nan
         return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0) * self.n / (self.n - 1))
-
-
-def normal_posterior(
-    prior_mean: float, prior_sd: float, noise_sd: float, data: ScalarEvidence
-) -> tuple[float, float]:
-    """Posterior mean and sd of a normal mean with a normal prior and known noise."""
-    precision = 1.0 / prior_sd**2 + data.n / noise_sd**2
-    mean = (prior_mean / prior_sd**2 + data.total / noise_sd**2) / precision
-    return mean, math.sqrt(1.0 / precision)

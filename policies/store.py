@@ -20,7 +20,7 @@ import structlog
 
 from policies.learn import learn
 from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
-from policies.machine import GB10_DS4, MachinePrior, PriorFile, builtin_prior
+from policies.machine import BUILTIN, NEUTRAL, MachinePrior, PriorFile, builtin_prior
 from policies.observation import Observation
 from policies.pools import pool_context
 from policies.reload import Reloader, write_atomically
@@ -50,7 +50,7 @@ class Snapshot:
     policy: Policy
     learned: LearnedState
     loaded_at: float = 0.0
-    prior: MachinePrior = GB10_DS4
+    prior: MachinePrior = NEUTRAL
 
     @property
     def model(self) -> RouteModel:
@@ -171,7 +171,7 @@ def load_prior(policy: Policy, policy_path: str | Path) -> MachinePrior:
         path = Path(policy_path).parent / path
     if not path.is_file():
         problem = (f"{policy_path}:1: prior: {policy.prior!r} is neither a built-in machine "
-                   "profile (gb10-ds4, local-pair) nor a file")
+                   f"profile ({', '.join(BUILTIN)}) nor a file")
         raise ConfigError(str(policy_path), [problem])
     try:
         return load_model(path, PriorFile).prior(str(path))

@@ -18,8 +18,10 @@ import structlog
 from aiohttp import web
 
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
+from decisionlog.records import RouteRecord
 from decisionlog.writer import DecisionLog
 from policies.armstore import ArmsHolder, arms_path_for
+from policies.pace import paces
 from policies.sessions import SessionTable
 from policies.store import PolicyStore
 from router import handlers
@@ -30,6 +32,7 @@ from router.config import Config
 from router.errors import openai_errors
 from router.learning import background_learner
 from router.online import OnlineModel
+from router.pace_probe import measured_notes, probe_records
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
 from router.sinks import RecordQueue, RecordSink, SinkHealth
@@ -41,6 +44,7 @@ from router.state import (
     ONLINE,
     POLICY,
     POOL,
+    PROBE,
     RECORDS,
     SCORER,
     SESSION,
@@ -84,6 +88,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(supervise)
     app.cleanup_ctx.append(_decision_log)
+    app.cleanup_ctx.append(_record_probe)
     app.cleanup_ctx.append(_reloader)
     app.cleanup_ctx.append(background_learner)
     handlers.add_routes(app)
@@ -131,6 +136,31 @@ async def _decision_log(app: web.Application) -> AsyncIterator[None]:
         if app[TASKS]:  # records still being settled are written before the log closes
             await asyncio.gather(*app[TASKS], return_exceptions=True)
         app[RECORDS].flush()
+
+
+async def _record_probe(app: web.Application) -> AsyncIterator[None]:
+    """The startup probe's timed answers as the first records (the decision log is open now):
+    the route model learns this machine's paces before the first client request."""
+    result = app.get(PROBE)
+    if result is not None:
+        records = probe_records(result, app[CONFIG].backends, app[SCORER].current, app[TOKENS],
+                                app[DEPS].wall_clock())
+        for record in records:
+            app[RECORDS].put(functools.partial(_same, record))
+        app[RECORDS].flush()
+        model = app[ONLINE].model
+        plain, mtp = paces(model)
+        log.info("paces_measured", prior=model.prior.name, probes=len(records),
+                 plain_ms_per_token=round(plain.ms_per_token, 3),
+                 mtp_ms_per_token=round(mtp.ms_per_token, 3),
+                 speedup=round(plain.ms_per_token / mtp.ms_per_token, 3))
+        for note in measured_notes(records, model):
+            log.warning("prior_discounted", detail=note)
+    yield
+
+
+def _same(record: RouteRecord) -> RouteRecord:
+    return record
 
 
 async def _reloader(app: web.Application) -> AsyncIterator[None]:

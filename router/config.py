@@ -51,7 +51,8 @@ class SupervisorConfig(_Strict):
         "many health probes in a row (0: never)"
     )
     startup_probe: bool = Field(
-        True, description="at start, check both profiles serve one model and mtp speculates"
+        True, description="at start, check both profiles serve one model and mtp speculates, "
+        "and time a short greedy generation on each: the first measurements of their paces"
     )
 
 

@@ -23,6 +23,7 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
+from router.online import pace_status
 from router.openapi import openapi_document
 from router.paths import forwardable_path
 from router.routing import (
@@ -280,7 +281,8 @@ async def readyz(request: web.Request) -> web.Response:
     ready = pool.any_healthy(now)
     return web.json_response(
         {"ready": ready, "backends": pool.describe(now),
-         "record_sinks": app[state.SINK_HEALTH].describe()},
+         "record_sinks": app[state.SINK_HEALTH].describe(),
+         "route_model": pace_status(app[state.ONLINE].model)},
         status=200 if ready else 503,
     )
 

@@ -19,6 +19,7 @@ from typing import Any, Final, NamedTuple
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies.observation import Observation, observation_from_record
+from policies.pace import paces, prior_note
 from policies.routemodel import RouteEvidence, RouteModel, observe
 from policies.speedup import PriorTerms, class_inputs
 from policies.store import PolicyStore, Snapshot
@@ -132,6 +133,16 @@ def model_status(model: RouteModel) -> dict[str, Any]:
         "sampled": {"value": sampled.speedup, "low": sampled.sample(-1.0),
                     "high": sampled.sample(1.0), "n": model.evidence.sampled.n},
         "t_plain_ms": model.t_plain_ms,
+        **pace_status(model),
         "classes": classes,
         "weights": {name: {"mean": m, "sd": s} for name, (m, s) in model.posterior.weights().items()},
     }
+
+
+def pace_status(model: RouteModel) -> dict[str, Any]:
+    """The paces the decisions use, where they come from (prior, probe, log), and what they say
+    of the prior (`/readyz`, the dashboard)."""
+    measured = paces(model)
+    notes = [note for note in (prior_note(model.prior, p) for p in measured) if note]
+    return {"prior": model.prior.name, "pace": {p.profile: p.as_dict() for p in measured},
+            "prior_notes": notes}

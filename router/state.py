@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import aiohttp
 from aiohttp import web
 
+from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
 from policies.armstore import ArmsHolder
@@ -65,6 +66,7 @@ ASK_MEMO = web.AppKey("ask_memo", AskMemo)
 SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
+PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
 ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

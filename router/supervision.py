@@ -14,7 +14,7 @@ from aiohttp import web
 
 from backends.capability import capability_probe
 from backends.supervisor import Supervisor, SupervisorSettings
-from router.state import CONFIG, POOL, SESSION, SUPERVISOR
+from router.state import CONFIG, POOL, PROBE, SESSION, SUPERVISOR
 
 log = structlog.get_logger("specroute")
 
@@ -53,3 +53,4 @@ async def _probe(app: web.Application) -> None:
         log.warning("capability_warning", detail=warning)
     result.raise_for_errors()
     log.info("capability_ok", model=result.common_model, drafted=dict(result.drafted))
+    app[PROBE] = result  # its timed answers become the log's first records (router.app)

@@ -21,7 +21,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -36,6 +36,25 @@ class CostModel:
     t_verify_ms: float = 108.0
     t_draft_ms: float = 4.0
     gate_skip: float = 0.44
+
+
+# Machines whose step costs differ from the GB10's, so that a learner is tried on machines its
+# prior does not describe (acceptance is the workload's, the same on all of them):
+# - `gb10`: a GB10 running ds4 (the gb10-ds4 prior's own machine);
+# - `gb10-like`: the GB10's ratios at 2.7x its pace (another box, another model): the same
+#   classes win and lose, at a plain step the prior does not expect;
+# - `slow-verify`: a 2-token verify costs almost two plain steps and the draft is dear:
+#   speculation loses on every class (26-35%);
+# - `cheap-verify`: a verify barely dearer than a plain step: speculation wins on every class;
+# - `cpu-pair`: like the README's llama.cpp pair on 2 CPU cores (no margin gate, a verify ~2.8
+#   plain steps), at the GB10's pace: speculation loses on every class.
+MACHINES: Final[Mapping[str, CostModel]] = {
+    "gb10": CostModel(),
+    "gb10-like": CostModel(t_plain_ms=25.0, t_verify_ms=39.7, t_draft_ms=1.5, gate_skip=0.44),
+    "slow-verify": CostModel(t_plain_ms=20.0, t_verify_ms=38.0, t_draft_ms=12.0, gate_skip=0.0),
+    "cheap-verify": CostModel(t_plain_ms=40.0, t_verify_ms=48.0, t_draft_ms=2.0, gate_skip=0.44),
+    "cpu-pair": CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0),
+}
 
 
 @dataclass(frozen=True, slots=True)

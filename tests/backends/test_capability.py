@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.capability import CapabilityError, capability_probe
+from backends.capability import PROBE_MAX_TOKENS, CapabilityError, capability_probe
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 
@@ -52,7 +52,7 @@ async def test_matching_pair_that_speculates(serve: Serve, session: aiohttp.Clie
     assert result.common_model == "qwen" and result.models == {"m": ("qwen",), "p": ("qwen",)}
     assert (result.drafted["m"] or 0) > 0 and result.drafted["p"] is None
     sent = mtp.received[0]["body"]
-    assert sent["temperature"] == 0 and sent["model"] == "qwen" and sent["max_tokens"] == 16
+    assert sent["temperature"] == 0 and sent["model"] == "qwen" and sent["max_tokens"] == PROBE_MAX_TOKENS
     result.raise_for_errors()  # nothing to raise
 
 

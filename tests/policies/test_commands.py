@@ -77,6 +77,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
 ) -> None:
     log = tmp_path / "decisions.jsonl"
     # a CPU pair's outcomes under the GB10 prior: the log must overrule the prior
+    policy_file.write_text(policy_file.read_text().replace("prior: neutral", "prior: gb10-ds4"))
     observations = list(synthetic.observations(synthetic.CPU_PAIR, 400, seed=31))
     lines = [_log_line(o) for o in observations]
     log.write_text("\n".join(lines + ["not json", "[]"]) + "\n", encoding="utf-8")
@@ -84,7 +85,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     state = from_json(learned_path_for(policy_file).read_text(encoding="utf-8"))
     assert state.n_observations == 400
     assert state.evidence.greedy.n == sum(o.profile == "mtp" for o in observations)
-    assert state.evidence.plain_ms.n == sum(o.profile == "plain" for o in observations)
+    assert state.evidence.plain.n == sum(o.profile == "plain" for o in observations)
     printed = capsys.readouterr().out
     assert "Route model: prior gb10-ds4" in printed and "Per-class evidence" in printed
 
@@ -97,6 +98,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     out = capsys.readouterr().out
     assert "overrides.sampled" in out and "agent/en" in out
     assert "Route model: prior gb10-ds4" in out
+    assert "plain step 40 ms/token" in out  # the CPU pair's pace, not the prior's 68
     assert "Request: class code" in out
     assert "Decision: plain (plain) by routes.code (reason finish)" in out
     code = next(row for row in out.splitlines() if row.strip().startswith("code "))
@@ -109,7 +111,8 @@ def test_explain_without_learned_state(
     assert _run(["policy", "explain", "--policy", str(policy_file)]) == 0
     out = capsys.readouterr().out
     assert "nothing learned yet" in out
-    assert "agent       1.094 ± " in out  # the prior's figure, before any evidence
+    assert "agent       1.000 ± " in out  # the neutral prior's figure, before any evidence
+    assert "plain step 50 ms/token" in out and "from the prior alone" in out
 
 
 def test_learn_refuses_an_empty_log(

@@ -10,8 +10,9 @@ import pytest
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decide import BackendState, Decision, RequestContext, decide, failover_order
-from policies.finish import InFlight
-from policies.machine import GB10_DS4, LOCAL_PAIR
+from policies.finish import THIN_BELOW, InFlight, normal_draw
+from policies.machine import GB10_DS4, LOCAL_PAIR, NEUTRAL
+from policies.observation import Observation, request_inputs
 from policies.routemodel import RouteEvidence, RouteModel, gather
 from policies.schema import Exploration, Overrides, Policy
 from policies.sessions import Held
@@ -131,12 +132,17 @@ def test_the_cached_prefix_counts_against_moving_a_conversation() -> None:
 
 
 def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
-    # technical: +4.4% predicted; a low draw makes plain look faster
-    low = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0)
-    median = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=GB10, z=0.0)
+    # technical: +4.4% predicted on a GB10 whose both instances were measured (not thin); a low
+    # draw makes plain look faster
+    log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
+           if o.cls in ("technical", "agent")]
+    gb10 = RouteModel(GB10_DS4, gather(log, POLICY.assume))
+    assert min(gb10.measured("plain"), gb10.measured("mtp")) >= THIN_BELOW
+    low = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=gb10, z=-3.0)
+    median = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=gb10, z=0.0)
     assert median.backend == "mtp-0" and not median.explored
     generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
-    explored = decide(generous, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0)
+    explored = decide(generous, FEATURES, _scores("technical"), IDLE, model=gb10, z=-3.0)
     assert explored.backend == "plain-0" and explored.explored
     assert low.backend == "mtp-0" and not low.explored  # 4.4% regret > the 2% bound
     off = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.0)})
@@ -200,3 +206,35 @@ def test_the_predicted_speedup_is_the_models_for_the_requests_inputs(temperature
     assert greedy == (temperature == 0.0)
     before = model.speedup(inputs(features.as_dict(), scores.scores), greedy)  # the formula before
     assert predict_speedup(POLICY, features, scores, model) == before
+
+
+def _paced(profile: str, ms_per_token: float, i: int) -> Observation:
+    return Observation("chat", "en", 0.3, profile, 32, 1000 / ms_per_token,
+                       inputs=request_inputs(FEATURES.as_dict(), {"chat": 1.0}), ts=f"t{i:05d}")
+
+
+def _share_to(model: RouteModel, name: str, n: int = 200) -> float:
+    draws = [normal_draw((i + 0.5) / n) for i in range(n)]
+    chosen = [decide(POLICY, FEATURES, _scores("chat"), IDLE, model=model, z=z).backend
+              for z in draws]
+    return chosen.count(name) / n
+
+
+def test_an_instance_judged_from_the_prior_alone_gets_measured() -> None:
+    # mtp measured 60 times, plain never: the mean is the prior's guess of the plain pace (it
+    # says mtp is faster), but the draw is wide and, the plain instance being thin, followed
+    mtp_only = [_paced("mtp", 17.8, i) for i in range(60)]
+    thin = RouteModel(NEUTRAL, gather(mtp_only, POLICY.assume))
+    assert decide(POLICY, FEATURES, _scores("chat"), IDLE, model=thin).backend == "mtp-0"
+    assert _share_to(thin, "plain-0") > 0.1
+    # measured: plain is 2.6x faster, and a clear winner is not explored away from
+    measured = RouteModel(NEUTRAL, gather(
+        mtp_only + [_paced("plain", 6.9, 60 + i) for i in range(THIN_BELOW)], POLICY.assume))
+    assert _share_to(measured, "plain-0") == 1.0
+
+
+def test_a_thin_instance_that_loses_clearly_is_rarely_drawn() -> None:
+    # one probe each (thin both), mtp 2.6x slower: the draw almost never picks it
+    probed = RouteModel(NEUTRAL, gather([_paced("plain", 6.9, 0), _paced("mtp", 17.8, 1)],
+                                        POLICY.assume))
+    assert _share_to(probed, "mtp-0") <= 0.01

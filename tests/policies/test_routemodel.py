@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from policies.finish import InFlight, queued_ms
-from policies.machine import GB10_DS4, LOCAL_PAIR, PriorFile
+from policies.machine import GB10_DS4, LOCAL_PAIR, NEUTRAL, MachinePrior, PriorFile
 from policies.observation import Observation, request_inputs
 from policies.routemodel import RouteEvidence, RouteModel, gather, observe
 from policies.schema import Assume
@@ -64,7 +64,7 @@ def test_online_updates_equal_the_batch_sums_and_survive_json() -> None:
     batch = gather(observations, ASSUME)
     assert np.allclose(online.greedy.xtx, batch.greedy.xtx)
     assert np.allclose(online.greedy.xty, batch.greedy.xty)
-    assert online.plain_ms == batch.plain_ms and online.through == batch.through
+    assert online.plain == batch.plain and online.through == batch.through
     assert online.completion == batch.completion and online.prefill == batch.prefill
     halves = gather(observations[:100], ASSUME).merged(gather(observations[100:], ASSUME))
     assert np.allclose(halves.greedy.xtx, batch.greedy.xtx)
@@ -131,3 +131,53 @@ def test_a_model_built_with_the_priors_terms_kept_is_the_same_model() -> None:
     x = _x(MISREAD_AGENT, CHAT_SCORES)
     assert fresh.speedup(x, greedy=True) == kept.speedup(x, greedy=True)
     assert kept.posterior.n == 20
+
+
+def _paced(profile: str, ms_per_token: float, i: int, scores: dict[str, float]) -> Observation:
+    return Observation("chat", "en", 0.3, profile, 32, 1000 / ms_per_token,
+                       inputs=request_inputs(PLAIN_CHAT, scores), ts=f"t{i:05d}")
+
+
+@pytest.mark.parametrize("prior", [GB10_DS4, NEUTRAL, LOCAL_PAIR])
+def test_the_speedup_is_measured_between_the_instances_not_against_the_priors_pace(
+    prior: MachinePrior,
+) -> None:
+    # the pair: plain 6.9 ms/token (2 requests), mtp 17.8 (58 requests); under the
+    # GB10 prior (68 ms) the old model believed mtp 1.43x faster
+    log = [_paced("plain", 6.9, i, CHAT_SCORES) for i in range(2)]
+    log += [_paced("mtp", 17.8, 2 + i, CHAT_SCORES) for i in range(58)]
+    model = RouteModel(prior, gather(log, ASSUME))
+    assert model.t_plain_ms == pytest.approx(6.9, rel=0.1)
+    speedup = model.speedup(_x(PLAIN_CHAT, CHAT_SCORES), True)
+    assert speedup.speedup == pytest.approx(6.9 / 17.8, rel=0.15)
+    assert speedup.sample(3.0) < 1.0  # not even a 3-sd draw sends it to the slower instance
+
+
+def test_three_observations_of_a_pace_far_from_the_prior_win_over_it() -> None:
+    for ms in (68.0 / 3, 68.0 * 3, 6.9):
+        model = RouteModel(GB10_DS4, gather([_paced("plain", ms, i, CHAT_SCORES)
+                                             for i in range(3)], ASSUME))
+        assert model.t_plain_ms == pytest.approx(ms, rel=0.05)
+        assert model.pace_source("plain") == "log"
+
+
+def test_an_instance_never_measured_leaves_the_speedup_uncertain() -> None:
+    # only mtp measured: the speedup is as uncertain as the plain pace, so the Thompson draw
+    # sends requests to plain; once plain is measured, it is known
+    mtp_only = [_paced("mtp", 17.8, i, CHAT_SCORES) for i in range(60)]
+    thin = RouteModel(NEUTRAL, gather(mtp_only, ASSUME)).speedup(_x(PLAIN_CHAT, CHAT_SCORES), True)
+    both = mtp_only + [_paced("plain", 6.9, 60 + i, CHAT_SCORES) for i in range(5)]
+    known = RouteModel(NEUTRAL, gather(both, ASSUME)).speedup(_x(PLAIN_CHAT, CHAT_SCORES), True)
+    assert thin.sd > 0.3 and known.sd < 0.06
+    assert known.speedup == pytest.approx(6.9 / 17.8, rel=0.1)
+
+
+def test_probes_are_counted_as_the_source_of_a_pace() -> None:
+    probe = replace(_paced("plain", 6.9, 0, CHAT_SCORES), probe=True)
+    model = RouteModel(GB10_DS4, gather([probe], ASSUME))
+    assert model.pace_source("plain") == "probe" and model.pace_source("mtp") == "prior"
+    assert model.evidence.probes == {"plain": 1}
+    later = RouteModel(GB10_DS4, observe(model.evidence, _paced("plain", 7.0, 1, CHAT_SCORES),
+                                         ASSUME))
+    assert later.pace_source("plain") == "log" and later.evidence.probes == {"plain": 1}
+    assert RouteEvidence.from_json(json.loads(json.dumps(later.evidence.as_json()))) == later.evidence

@@ -42,7 +42,9 @@ def test_learned_state_round_trips_through_json() -> None:
     [
         ("[]", "JSON object"),
         ('{"version": 1}', "version 1"),
-        ('{"version": 2, "created": ""}', "malformed"),
+        ('{"version": 2, "created": ""}',
+         ("version 2, expected 3: it is derived from the decision log, so relearn it")),
+        ('{"version": 3, "created": ""}', "malformed"),
         ("not json", "malformed"),
     ],
 )
@@ -115,11 +117,11 @@ def test_the_machine_prior_is_a_builtin_or_a_file_and_a_bad_one_is_refused(
     policy_file: Path,
 ) -> None:
     store = PolicyStore(policy_file)
-    assert store.snapshot.prior.name == "gb10-ds4"
+    assert store.snapshot.prior.name == "neutral"
     machine = policy_file.parent / "machine.yaml"
     machine.write_text("name: box\nclass_speedup: {agent: 0.5, prose: 0.4}\nt_plain_ms: 20\n",
                        encoding="utf-8")
-    _write(policy_file, policy_file.read_text().replace("prior: gb10-ds4", "prior: machine.yaml"))
+    _write(policy_file, policy_file.read_text().replace("prior: neutral", "prior: machine.yaml"))
     assert store.reload_if_changed(now=1.0) is True
     assert store.snapshot.prior.name == "box"
     assert store.snapshot.model.t_plain_ms == pytest.approx(20.0)

@@ -44,4 +44,6 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_shipped_default_policy_is_valid() -> None:
     policy = load_model(Path(__file__).resolve().parents[2] / "policies" / "default.yaml", Policy)
     assert policy.route_for("chat", "zh")[0] == "auto"  # the finish rule decides
-    assert policy.prior == "gb10-ds4"
+    assert policy.prior == "neutral"  # no machine assumed: the ds4 set-up names gb10-ds4
+    gb10 = load_model(Path(__file__).resolve().parents[2] / "policies" / "ds4-gb10.yaml", Policy)
+    assert gb10.prior == "gb10-ds4"

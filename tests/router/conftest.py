@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
+from policies.store import DEFAULT_POLICY
 from router.app import create_app
 from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
 from router.state import Deps
@@ -63,6 +64,17 @@ class Stack:
         return self.sink.records[-1]
 
 
+def gb10_policy(directory: Path) -> str:
+    """The shipped policy with the gb10-ds4 prior (the simulated engines' machine), written to
+    `directory`: routing-mechanics tests predict where a request goes from that prior alone, as
+    they run without the startup probe or exploration (the learner has its own tests)."""
+    path = directory / "gb10-policy.yaml"
+    if not path.exists():
+        path.write_text(Path(DEFAULT_POLICY).read_text(encoding="utf-8").replace(
+            "prior: neutral", "prior: gb10-ds4"), encoding="utf-8")
+    return str(path)
+
+
 async def start_stack(
     aiohttp_server: ServerFactory,
     tmp_path: Path,
@@ -90,7 +102,6 @@ async def start_stack(
         BackendSpec(name="mtp-0", engine=engine, profile="mtp", url=f"http://127.0.0.1:{mtp_server.port}"),
         BackendSpec(name="plain-0", engine=engine, profile="plain", url=f"http://127.0.0.1:{plain_server.port}/v1"),
     ]
-    extra: dict[str, Any] = {"policy": policy} if policy else {}
     config = Config(
         backends=specs,
         default_backend="plain-0",
@@ -106,7 +117,7 @@ async def start_stack(
             log_dir=str(tmp_path / "backends"), startup_probe=False,
             health_interval_s=health_interval_s,
         ),
-        **extra,
+        policy=policy or gb10_policy(tmp_path),
     )
     sink = ListSink()
     # No exploration: tests assert where requests go (exploration has its own tests). Each record

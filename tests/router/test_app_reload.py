@@ -7,9 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
-from policies.store import DEFAULT_POLICY
 from router.app import reload_once
-from tests.router.conftest import ServerFactory, start_stack
+from tests.router.conftest import ServerFactory, gb10_policy, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
 _calls = 0
@@ -41,7 +40,7 @@ async def test_policy_edits_are_hot_reloaded_and_bad_ones_rejected(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     policy = tmp_path / "policy.yaml"
-    shutil.copy(DEFAULT_POLICY, policy)
+    shutil.copy(gb10_policy(tmp_path), policy)
     text = policy.read_text()
     policy.write_text(text + "\n")  # the default routes technical to mtp (auto, rules p_spec)
     stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy))

@@ -8,10 +8,9 @@ from pathlib import Path
 import aiohttp
 
 from backends.local.simulator import SimState
-from policies.store import DEFAULT_POLICY
 from router.app import reload_once
 from router.learning import learn_now
-from tests.router.conftest import ServerFactory, start_stack
+from tests.router.conftest import ServerFactory, gb10_policy, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
 
@@ -31,7 +30,8 @@ async def test_learner_moves_a_class_to_plain_when_speculation_loses(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text(Path(DEFAULT_POLICY).read_text().replace("min_samples: 30", "min_samples: 4"))
+    policy.write_text(Path(gb10_policy(tmp_path)).read_text().replace("min_samples: 30",
+                                                                       "min_samples: 4"))
     # technical text: drafts rarely accepted, so the 2-row verify costs more than it brings
     mtp = SimState(profile="mtp", acceptance={"technical": 0.2}, reply_tokens=32)
     stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy), mtp=mtp)

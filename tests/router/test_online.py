@@ -87,14 +87,14 @@ def test_a_policy_edit_keeps_what_was_learned_online_and_applies_the_new_prior(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     text = Path(DEFAULT_POLICY).read_text(encoding="utf-8")
-    policy.write_text(text, encoding="utf-8")
+    policy.write_text(text.replace("prior: neutral", "prior: gb10-ds4"), encoding="utf-8")
     store = PolicyStore(policy)
     online = OnlineModel(store)
     for i in range(6):
         online.write_record(_record(i, "mtp", 14.0))
     before = online.model.evidence
     replacement = tmp_path / "policy.new"
-    replacement.write_text(text.replace("prior: gb10-ds4", "prior: local-pair"), encoding="utf-8")
+    replacement.write_text(text.replace("prior: neutral", "prior: local-pair"), encoding="utf-8")
     replacement.replace(policy)  # a new inode: the store sees a change
     assert store.reload_if_changed(now=1.0)
     assert online.model.prior.name == "local-pair"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import aiohttp
 import openai
+import pytest
 
-from backends.local.simulator import SimState, create_sim_app
+from backends.local.simulator import MACHINES, SimState, create_sim_app
 from tests.router.conftest import ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +42,10 @@ async def _wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory, tmp_path: Path) -> None:
-    mtp = await aiohttp_server(create_sim_app(SimState(profile="mtp")))
-    plain = await aiohttp_server(create_sim_app(SimState(profile="plain")))
+    # a machine where speculation loses on every class (the shipped prior assumes none)
+    machine = MACHINES["slow-verify"]
+    mtp = await aiohttp_server(create_sim_app(SimState(profile="mtp", cost=machine)))
+    plain = await aiohttp_server(create_sim_app(SimState(profile="plain", cost=machine)))
     config = tmp_path / "config.yaml"
     config.write_text(
         "listen: {host: 127.0.0.1, port: 1}\n"
@@ -60,6 +63,16 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
     )
     try:
         await _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/readyz") as response,
+        ):
+            model = (await response.json())["route_model"]
+        # the startup probe measured both instances before the first request
+        assert model["prior"] == "neutral"
+        assert model["pace"]["plain"]["source"] == "probe"
+        assert model["pace"]["plain"]["ms_per_token"] == pytest.approx(20.0, rel=0.05)
+        assert model["pace"]["mtp"]["ms_per_token"] > 1.2 * model["pace"]["plain"]["ms_per_token"]
         client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
         async with client:
             reply = await client.chat.completions.create(
@@ -72,12 +85,15 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr.decode()
     assert f"listening on http://127.0.0.1:{port}/v1" in stderr.decode()
-    lines = (tmp_path / "decisions.jsonl").read_text().splitlines()
-    assert len(lines) == 1
-    record = json.loads(lines[0])
-    # the shipped policy explores (half the requests at a cold start): either is right, if said
-    expected = "plain-0" if record["decision"]["explored"] else "mtp-0"
-    assert record["decision"]["backend"] == expected and record["classifier"]["class"] == "code"
+    assert "paces_measured" in stderr.decode()
+    lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [r["decision"]["reason"] for r in lines[:2]] == ["probe", "probe"]
+    assert {r["decision"]["backend"] for r in lines[:2]} == {"mtp-0", "plain-0"}
+    assert len(lines) == 3
+    record = lines[2]
+    # measured at start: the first request goes to the faster instance, no exploration needed
+    assert record["decision"]["backend"] == "plain-0" and not record["decision"]["explored"]
+    assert record["classifier"]["class"] == "code"
 
 
 def test_serve_refuses_to_start_on_a_bad_artifact(tmp_path: Path) -> None:

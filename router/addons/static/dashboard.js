@@ -61,6 +61,13 @@ function render(data) {
   plot("plot-tps", tps, "Decode tokens/s by profile (solid mtp, dotted plain)");
   plot("plot-share", series(data, "mtp_share"), "Share routed to mtp", { range: [0, 1.05] });
 
+  // the paces the decisions use: median ms per token, 1-sd range, where it comes from
+  const paceText = (m) => ["plain", "mtp"].filter((k) => m.pace && m.pace[k]).map((k) => {
+    const p = m.pace[k];
+    return `${k} ${fmt(p.ms_per_token, 2)} ms/token (${fmt(p.low, 2)}–${fmt(p.high, 2)},`
+      + ` ${p.source}, n=${p.n}; prior ${fmt(p.prior_ms_per_token, 1)})`;
+  }).join(" · ") + ((m.prior_notes || []).length ? " — the prior is discounted" : "");
+
   // the speedup model (a contextual bandit over the request's features): bars around 1.0,
   // the break-even, with the 1-sd range and the machine prior it started from
   const model = data.speedup_model;
@@ -76,7 +83,7 @@ function render(data) {
     type: "scatter", mode: "markers", name: "prior", x: keys,
     y: keys.map((k) => row(k).prior ?? null), marker: { symbol: "line-ew-open", size: 18 },
   }], `Predicted mtp speedup per class (model, ± 1 sd; prior ${model.prior ?? "–"},`
-      + ` ${model.observations ?? "–"} mtp outcomes)`, { zeroline: false });
+      + ` ${model.observations ?? "–"} mtp outcomes)<br>${paceText(model)}`, { zeroline: false });
 
   plot("plot-predicted-time", series(data, "predicted_speedup"),
        "Speedup the decisions predicted, by class (1.0 = break-even)");
