@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.capability import PROBE_MAX_TOKENS, CapabilityError, capability_probe
-from backends.local.simulator import SimState, create_sim_app
+from backends.capability import PROBE_MAX_TOKENS, PROBE_PROMPT, CapabilityError, capability_probe
+from backends.local.simulator import Fault, SimState, create_sim_app
 from backends.spec import BackendSpec
 
 Serve = Callable[[SimState], Awaitable[str]]
@@ -95,3 +96,40 @@ async def test_unreachable_backend_is_reported(serve: Serve, session: aiohttp.Cl
     assert result.ok and result.models["gone"] == ()
     assert any("'gone': cannot list models" in warning for warning in result.warnings)
     assert "gone" not in result.drafted
+
+
+async def test_probes_run_one_at_a_time_and_keep_their_timed_answers(
+    serve: Serve, session: aiohttp.ClientSession
+) -> None:
+    # paced engines (a 24-token reply at 68 ms a step x 0.05): two instances on one machine
+    # must not share it while they are timed
+    mtp = SimState(profile="mtp", model="qwen", default_acceptance=0.9, time_scale=0.05)
+    plain = SimState(profile="plain", model="qwen", time_scale=0.05)
+    specs = [backend("m", "mtp", await serve(mtp)), backend("p", "plain", await serve(plain))]
+    peak = {"in_flight": 0}
+
+    async def watch() -> None:
+        for _ in range(400):  # bounded: 2 s
+            peak["in_flight"] = max(peak["in_flight"], mtp.inflight + plain.inflight)
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    result = await capability_probe(specs, session)
+    watcher.cancel()
+    assert peak["in_flight"] == 1
+    assert set(result.timed) == {"m", "p"}
+    plain_answer = result.timed["p"]
+    assert plain_answer.report.completion_tokens == 24 and plain_answer.report.backend_tps
+    # 24 plain steps of 68 ms at a 0.05 time scale: ~82 ms of wall time
+    assert 60.0 < plain_answer.elapsed_ms < 1000.0
+    assert plain_answer.body["messages"] == [{"role": "user", "content": PROBE_PROMPT}]
+    assert result.timed["m"].report.draft_n
+
+
+async def test_a_probe_that_fails_is_not_timed(serve: Serve, session: aiohttp.ClientSession) -> None:
+    broken = SimState(profile="plain", model="qwen")
+    broken.faults.append(Fault("status", status=503))
+    specs = [backend("m", "mtp", await serve(SimState(profile="mtp", model="qwen"))),
+             backend("p", "plain", await serve(broken))]
+    result = await capability_probe(specs, session)
+    assert set(result.timed) == {"m"} and any("probe request failed" in w for w in result.warnings)

@@ -91,6 +91,7 @@ async def start_stack(
     log_path: str | None = None,
     log_rotate_mb: float = 100.0,
     record_interval_s: float = 0.0,
+    startup_probe: bool = False,
 ) -> Stack:
     """`shipped_scorer`: the trained artifact and the DeepSeek tokenizer, as `serve` runs them
     (default: the rules and no tokenizer, whose verdicts routing tests can predict)."""
@@ -112,9 +113,9 @@ async def start_stack(
         log=LogConfig(path=log_path or str(tmp_path / "decisions.jsonl"), content=log_content,
                       rotate_mb=log_rotate_mb),
         limits=Limits(max_body_mb=max_body_mb, connect_timeout_s=2.0),
-        # health checks run (real supervisor); the start probe would add requests to count
+        # health checks run (real supervisor); the start probe (off unless asked) adds records
         supervisor=SupervisorConfig(
-            log_dir=str(tmp_path / "backends"), startup_probe=False,
+            log_dir=str(tmp_path / "backends"), startup_probe=startup_probe,
             health_interval_s=health_interval_s,
         ),
         policy=policy or gb10_policy(tmp_path),
