@@ -2,10 +2,10 @@
 
     .venv/bin/python -m bench.learning_live [--requests 120] [--clients 1 2] [--time-scale 0.1]
 
-Two simulated GB10 engines (serial, greedy-only speculation, paced at `--time-scale` of real
-time), and in front of them, in turn on the same request sequence: specroute (the shipped
-policy and classifier, cold start from the gb10-ds4 prior, learning online from its own
-records) and nginx with `least_conn` (Debian's nginx, started on loopback with a config written
+Two simulated engines of one machine (`--machine`, `simulator.MACHINES`; serial, paced at
+`--time-scale` of real time), and in front of them, in turn on the same request sequence:
+specroute (the shipped policy and classifier, a cold start from the policy's prior and the
+startup probe, learning online from its own records) and nginx with `least_conn` (Debian's nginx, started on loopback with a config written
 to a temp dir, stopped by PID); alternated A/B/A/B so that a drift of the shared machine hits
 both. Throughput (completion tokens over wall time) is compared side by side. Without nginx
 installed, an in-process least-connections proxy is not substituted: the run says so and stops.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.local.simulator import create_sim_app
+from backends.local.simulator import MACHINES, create_sim_app
 from backends.spec import BackendSpec
 from bench.learning import POLICY_PATH, machine_states
 from bench.traffic import MIXES, TrafficRequest, make_mix
@@ -81,14 +81,15 @@ async def closed_loop(base_url: str, requests: Sequence[TrafficRequest], clients
     return tokens, time.monotonic() - started
 
 
-async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, seed: int,
+async def run(machine: str, mix: str, n: int, clients_list: Sequence[int], time_scale: float,
+              seed: int,
               max_seconds: float) -> None:
     nginx = shutil.which("nginx")
     if nginx is None:
         print("nginx is not installed (apt-get install -y nginx): no live comparison")
         return
     requests = make_mix(mix, n, seed)
-    sims = machine_states("gb10")
+    sims = machine_states(machine)
     stops = []
     tmp = Path(tempfile.mkdtemp(prefix="specroute-live-"))
     process: asyncio.subprocess.Process | None = None
@@ -107,7 +108,7 @@ async def run(mix: str, n: int, clients_list: Sequence[int], time_scale: float, 
             nginx, "-c", str(conf), "-p", str(tmp),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await asyncio.sleep(0.5)
-        print(f"\n== live, {mix}, {n} requests per run, time scale {time_scale}")
+        print(f"\n== live, {machine}, {mix}, {n} requests per run, time scale {time_scale}")
         for clients in clients_list:
             ours = theirs = 0.0
             for turn in range(2):  # A/B/A/B
@@ -154,12 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=120, help="requests per run")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 2], help="closed-loop clients")
     parser.add_argument("--mix", default="balanced", choices=list(MIXES))
+    parser.add_argument("--machine", default="gb10", choices=list(MACHINES),
+                        help="the simulated machine's step costs")
     parser.add_argument("--time-scale", type=float, default=0.1,
                         help="share of real time the simulated engines take")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-seconds", type=float, default=600.0, help="wall-time bound")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.mix, args.requests, args.clients, args.time_scale, args.seed,
+    asyncio.run(run(args.machine, args.mix, args.requests, args.clients, args.time_scale, args.seed,
                     args.max_seconds))
     return 0
 
