@@ -26,7 +26,7 @@ test: $(STAMP) local-backend
 	$(PY) -m pytest -q
 
 # The packages, their tests and the benchmarks.
-LINTED := router decisionlog classifiers backends policies tests bench
+LINTED := router decisionlog classifiers backends policies fileio tests bench
 
 # ruff's rules; then layout (pycodestyle: indentation, whitespace, blank lines, statements,
 # trailing whitespace); then mypy --strict on the packages and the benchmarks.

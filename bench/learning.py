@@ -12,11 +12,11 @@ step costs make the speedup. Virtual time: each request's decode time on each in
 simulator's own plan for that body, and the instances serve FIFO. The routers, on the same
 request sequence and arrival times:
 
-- `specroute`: the real decision (`policies.decide` over the shipped policy, the shipped
+- `specroute`: the real decision (`policies.decision.decide` over the shipped policy, the shipped
   classifier, the policy's prior unless `--prior` says another, Thompson draws), the real
   in-flight tracker (`router.pool.BackendPool`), the startup probe's records
   (`router.pace_probe`) and the model updated online from each outcome as the proxy does
-  (`policies.routemodel.observe`); from a cold start.
+  (`policies.learner.routemodel.observe`); from a cold start.
 - `always-mtp` / `always-plain`: the static flag: both instances with it, least connections.
 - `least_conn`: nginx's `least_conn` over the mtp/plain pair (fewest in flight; ties in turn).
 - `oracle`: label-peeking soonest finish (it knows each request's decode time on each instance).
@@ -57,15 +57,15 @@ from classifiers.features import Features, extract
 from classifiers.model import load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import Scores
-from policies.decide import decide
-from policies.learned import acceptance_for_speedup, predicted_speedup
-from policies.machine import BUILTIN, MachinePrior
-from policies.observation import Observation, observation_from_record, request_inputs
-from policies.routemodel import RouteEvidence, RouteModel, observe
-from policies.schema import Policy
-from policies.speedup import PriorTerms
+from fileio.yamlfile import load_model
+from policies.decision.decide import decide
+from policies.learner.learned import acceptance_for_speedup, predicted_speedup
+from policies.learner.observation import Observation, observation_from_record, request_inputs
+from policies.learner.routemodel import RouteEvidence, RouteModel, observe
+from policies.learner.speedup import PriorTerms
+from policies.policyfile.machine import BUILTIN, MachinePrior
+from policies.policyfile.schema import Policy
 from policies.store import load_prior
-from policies.yamlfile import load_model
 from router.pace_probe import probe_records
 from router.pool import BackendPool
 from router.scoring import Scorer

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from bench.classifier_latency import agentic_body
-from policies.rewrite import Rewrite, apply_rewrite
+from policies.policyfile.rewrite import Rewrite, apply_rewrite
 
 REWRITE = Rewrite(model="deepseek-chat", thinking=False, max_tokens=1024)
 

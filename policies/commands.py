@@ -20,16 +20,23 @@ from classifiers.features import Features, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.readers import read_records
-from policies.arms import EMPTY_ARMS, ArmObservation, ArmsState, arm_observations, learn_arms
-from policies.armstore import ARMS_SUFFIX, arms_path_for, read_arms, write_arms
-from policies.decide import BackendState, RequestContext
+from fileio.yamlfile import ConfigError, load_model
+from policies.decision.decide import BackendState, RequestContext
+from policies.decision.route import decide_route
 from policies.explain import describe_model, describe_policy, describe_request, describe_state
 from policies.explain_routes import describe_arms, describe_route
-from policies.observation import Observation, observations
-from policies.pools import pool_context, pools_named
-from policies.route import decide_route
-from policies.routemodel import RouteModel
-from policies.schema import Policy
+from policies.learner.arms import (
+    EMPTY_ARMS,
+    ArmObservation,
+    ArmsState,
+    arm_observations,
+    learn_arms,
+)
+from policies.learner.armstore import ARMS_SUFFIX, arms_path_for, read_arms, write_arms
+from policies.learner.observation import Observation, observations
+from policies.learner.routemodel import RouteModel
+from policies.policyfile.pools import pool_context, pools_named
+from policies.policyfile.schema import Policy
 from policies.store import (
     DEFAULT_POLICY,
     LEARNED_SUFFIX,
@@ -38,7 +45,6 @@ from policies.store import (
     learned_path_for,
     load_prior,
 )
-from policies.yamlfile import ConfigError, load_model
 
 Scorer = Callable[[RequestView, Features], Scores]
 

@@ -14,14 +14,14 @@ import numpy as np
 
 from classifiers.features import Features
 from classifiers.scores import CLASSES, Scores
-from policies.decide import Decision
-from policies.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
-from policies.machine import MachinePrior
-from policies.pace import Pace, paces, prior_note
-from policies.pools import PoolRoute, route_text
-from policies.routemodel import RouteModel
-from policies.schema import Policy
-from policies.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
+from policies.decision.decide import Decision
+from policies.learner.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
+from policies.learner.pace import Pace, paces, prior_note
+from policies.learner.routemodel import RouteModel
+from policies.learner.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
+from policies.policyfile.machine import MachinePrior
+from policies.policyfile.pools import PoolRoute, route_text
+from policies.policyfile.schema import Policy
 
 
 def describe_policy(policy: Policy) -> list[str]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.arms import ArmsState, metric_for, rank_arms
-from policies.pools import PoolRoute
-from policies.rewrite import apply_rewrite
-from policies.route import Routed
-from policies.schema import Policy
+from policies.decision.route import Routed
+from policies.learner.arms import ArmsState, metric_for, rank_arms
+from policies.policyfile.pools import PoolRoute
+from policies.policyfile.rewrite import apply_rewrite
+from policies.policyfile.schema import Policy
 
 
 def describe_route(

@@ -18,20 +18,26 @@ from typing import Any, Final
 
 import structlog
 
-from policies.learn import learn
-from policies.learned import EMPTY_STATE, LearnedState, LearnedStateError, from_json, to_json
-from policies.machine import BUILTIN, NEUTRAL, MachinePrior, PriorFile, builtin_prior
-from policies.observation import Observation
-from policies.pools import pool_context
-from policies.reload import Reloader, write_atomically
-from policies.routemodel import RouteModel
-from policies.schema import Policy
-from policies.yamlfile import ConfigError, load_model
+from fileio.reload import Reloader, write_atomically
+from fileio.yamlfile import ConfigError, load_model
+from policies.learner.learn import learn
+from policies.learner.learned import (
+    EMPTY_STATE,
+    LearnedState,
+    LearnedStateError,
+    from_json,
+    to_json,
+)
+from policies.learner.observation import Observation
+from policies.learner.routemodel import RouteModel
+from policies.policyfile.machine import BUILTIN, NEUTRAL, MachinePrior, PriorFile, builtin_prior
+from policies.policyfile.pools import pool_context
+from policies.policyfile.schema import Policy
 
 LEARNED_SUFFIX: Final = ".learned.json"
 # The policy shipped in the package, wherever it is installed.
 DEFAULT_POLICY: Final = str(importlib.resources.files("policies") / "default.yaml")
-# `path:line: field: message`, as `policies.yamlfile` writes problems.
+# `path:line: field: message`, as `fileio.yamlfile` writes problems.
 _PROBLEM = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?:(?P<field>[^:]+): )?(?P<message>.*)$")
 
 log = structlog.get_logger("specroute.policy")

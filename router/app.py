@@ -20,9 +20,9 @@ from aiohttp import web
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
 from decisionlog.records import RouteRecord
 from decisionlog.writer import DecisionLog
-from policies.armstore import ArmsHolder, arms_path_for
-from policies.pace import paces
-from policies.sessions import SessionTable
+from policies.decision.sessions import SessionTable
+from policies.learner.armstore import ArmsHolder, arms_path_for
+from policies.learner.pace import paces
 from policies.store import PolicyStore
 from router import handlers
 from router.addons.addon import install

@@ -12,9 +12,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from backends.spec import BackendSpec
-from policies.pools import POOL_NAME, ROUTE_WORDS
+from fileio.yamlfile import ConfigError, load_model
+from policies.policyfile.pools import POOL_NAME, ROUTE_WORDS
 from policies.store import DEFAULT_POLICY
-from policies.yamlfile import ConfigError, load_model
 
 SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
 

@@ -18,10 +18,10 @@ from aiohttp import web
 
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats
-from policies.arms import arm_observations, learn_arms
-from policies.armstore import write_arms
-from policies.learned import LearnedState
-from policies.observation import observations
+from policies.learner.arms import arm_observations, learn_arms
+from policies.learner.armstore import write_arms
+from policies.learner.learned import LearnedState
+from policies.learner.observation import observations
 from policies.store import learn_to_file
 from router.state import ARMS, CONFIG, DEPS, POLICY
 

@@ -18,10 +18,10 @@ from typing import Any, Final, NamedTuple
 
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
-from policies.observation import Observation, observation_from_record
-from policies.pace import paces, prior_note
-from policies.routemodel import RouteEvidence, RouteModel, observe
-from policies.speedup import PriorTerms, class_inputs
+from policies.learner.observation import Observation, observation_from_record
+from policies.learner.pace import paces, prior_note
+from policies.learner.routemodel import RouteEvidence, RouteModel, observe
+from policies.learner.speedup import PriorTerms, class_inputs
 from policies.store import PolicyStore, Snapshot
 
 # Records kept for re-applying after a reload (a learner that runs every few minutes sees far

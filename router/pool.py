@@ -14,8 +14,8 @@ from itertools import count
 
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies.decide import BackendState
-from policies.finish import queued_work
+from policies.decision.decide import BackendState
+from policies.decision.finish import queued_work
 
 
 @dataclass(slots=True)

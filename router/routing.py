@@ -20,13 +20,13 @@ from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, ext
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
-from policies.arms import EMPTY_ARMS, ArmsState
-from policies.decide import BackendState, Decision, RequestContext
-from policies.rewrite import Applied, apply_rewrite
-from policies.route import Routed, decide_route
-from policies.routemodel import RouteModel
-from policies.schema import Policy
-from policies.sessions import Held, conversation_key
+from policies.decision.decide import BackendState, Decision, RequestContext
+from policies.decision.route import Routed, decide_route
+from policies.decision.sessions import Held, conversation_key
+from policies.learner.arms import EMPTY_ARMS, ArmsState
+from policies.learner.routemodel import RouteModel
+from policies.policyfile.rewrite import Applied, apply_rewrite
+from policies.policyfile.schema import Policy
 from router.errors import RequestError
 from router.scoring import Scorer, score_safely
 

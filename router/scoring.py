@@ -16,7 +16,7 @@ from classifiers import rules
 from classifiers.features import Features
 from classifiers.request_view import RequestView
 from classifiers.scores import Scores
-from policies.reload import Reloader
+from fileio.reload import Reloader
 
 log = structlog.get_logger("specroute")
 

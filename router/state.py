@@ -16,8 +16,8 @@ from aiohttp import web
 from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
-from policies.armstore import ArmsHolder
-from policies.sessions import SessionTable
+from policies.decision.sessions import SessionTable
+from policies.learner.armstore import ArmsHolder
 from policies.store import PolicyStore
 from router.config import Config
 from router.online import OnlineModel

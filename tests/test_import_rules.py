@@ -14,14 +14,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = {"router", "decisionlog", "classifiers", "backends", "policies"}
+OURS = {"router", "decisionlog", "classifiers", "backends", "policies", "fileio"}
 ALLOWED = {
-    "router": {"router", "decisionlog", "policies", "classifiers", "backends"},
-    "policies": {"policies", "decisionlog", "classifiers"},
+    "router": {"router", "decisionlog", "policies", "classifiers", "backends", "fileio"},
+    "policies": {"policies", "decisionlog", "classifiers", "fileio"},
     "classifiers": {"classifiers", "decisionlog"},
     "backends": {"backends"},
     "decisionlog": {"decisionlog"},
+    "fileio": {"fileio"},
 }
+# The three rooms of `policies/` and what each may take from the others: the policy file
+# stands alone, the learner reads it, the decision reads both but none of the learner's I/O.
+ROOMS = {
+    "policies/policyfile/": {"policies.policyfile"},
+    "policies/learner/": {"policies.policyfile", "policies.learner"},
+    "policies/decision/": {"policies.policyfile", "policies.learner", "policies.decision"},
+}
+LEARNER_IO = {"policies.learner.armstore", "policies.store", "fileio"}
 # Parts of a package that the rest of it must not import: (the part, who may import it).
 APART = [
     # the operator's tools: only the CLI starts them
@@ -42,14 +51,16 @@ DECISIONLOG_READERS_IN_CLASSIFIERS = ["classifiers/training/"]
 # Modules that must stay pure: no network, no files, no clock (ARCHITECTURE.md "pure core").
 PURE = [
     "classifiers/request_view.py", "classifiers/features.py", "classifiers/scores.py",
-    "classifiers/rules.py", "classifiers/language.py", "policies/decide.py", "policies/observation.py",
-    "decisionlog/records.py", "classifiers/training/outcomes.py", "backends/stats.py",
-    "backends/sse.py", "backends/measure.py", "backends/openai_error.py",
-    "backends/client_view.py", "policies/finish.py", "policies/speedup.py",
-    "policies/routemodel.py", "policies/machine.py", "policies/sessions.py",
-    "policies/rewrite.py", "policies/pools.py", "policies/route.py",
-    "policies/arms.py", "policies/arm_rows.py", "policies/explain_routes.py",
-    "router/paths.py", "policies/pace.py",
+    "classifiers/rules.py", "classifiers/language.py", "policies/decision/decide.py",
+    "policies/learner/observation.py", "decisionlog/records.py",
+    "classifiers/training/outcomes.py", "backends/stats.py", "backends/sse.py",
+    "backends/measure.py", "backends/openai_error.py", "backends/client_view.py",
+    "policies/decision/finish.py", "policies/learner/speedup.py",
+    "policies/learner/routemodel.py", "policies/policyfile/machine.py",
+    "policies/decision/sessions.py", "policies/policyfile/rewrite.py",
+    "policies/policyfile/pools.py", "policies/decision/route.py", "policies/learner/arms.py",
+    "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/paths.py",
+    "policies/learner/pace.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
@@ -103,6 +114,21 @@ def test_parts_kept_apart_are_imported_only_by_their_own(part: str, importers: l
     }
     offenders = {k: v for k, v in offenders.items() if v}
     assert offenders == {}, f"{part} is imported from outside: {offenders}"
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_each_room_of_policies_imports_only_what_it_may(room: str) -> None:
+    offenders = {}
+    for path in sorted((ROOT / room).rglob("*.py")):
+        ours = {m for m in _modules(path) if m.startswith("policies.") and m.count(".") >= 2}
+        rooms = {".".join(m.split(".")[:2]) for m in ours}
+        wrong = sorted(rooms - ROOMS[room])
+        if room == "policies/decision/":
+            wrong += sorted(m for m in _modules(path) if m.split(".")[0] == "fileio"
+                            or any(m == io or m.startswith(io + ".") for io in LEARNER_IO))
+        if wrong:
+            offenders[_relative(path)] = wrong
+    assert offenders == {}, f"imports across the rooms of policies/: {offenders}"
 
 
 def test_only_the_trainer_of_the_classifiers_reads_the_decision_log() -> None:

@@ -2,7 +2,7 @@
 measurement): `specroute report --project-onto gb10|FILE.yaml`.
 
 Pure: the step-cost model (pydantic, validated once), the named presets, and the arithmetic,
-which is the learner's (`policies.learned.predicted_speedup`, ARCHITECTURE.md's depth-1 cost model):
+which is the learner's (`policies.learner.learned.predicted_speedup`, ARCHITECTURE.md's depth-1 cost model):
 tokens per cycle `tau = s + (1 - s)(1 + a)`, speedup
 `tau * t_plain / (s (t_plain + t_draft) + (1 - s)(t_verify + t_draft))`, `s` the share of cycles
 the margin gate skips and `a` the acceptance on verified cycles.
@@ -16,7 +16,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.learned import predicted_speedup
+from policies.learner.learned import predicted_speedup
 
 
 class StepCosts(BaseModel):

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Final
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.summary import GroupSummary, by_class, by_class_lang, summarize, total
-from policies.arm_rows import ArmRow, arm_rows, has_extra_arms
-from policies.yamlfile import ConfigError, load_model
+from fileio.yamlfile import ConfigError, load_model
+from policies.learner.arm_rows import ArmRow, arm_rows, has_extra_arms
 from router.ops.projection import (
     Projection,
     ProjectionError,

@@ -20,8 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backends.spec import BackendSpec
-from policies.observation import PROBE_REASON
-from policies.speedup import inputs
+from policies.learner.observation import PROBE_REASON
+from policies.learner.speedup import inputs
 from router.app import create_app
 from router.config import Config, Limits, LogConfig, SupervisorConfig
 from router.state import ONLINE, Deps
@@ -72,6 +72,6 @@ async def test_the_shipped_defaults_route_to_the_faster_instance_of_this_machine
     print(f"ms/token {pace}; {to_faster} of 40 to {faster}")  # shown with pytest -rP
     assert to_faster >= 36, (pace, [r.outcome.backend for r in served])
     # the learned speedup is on the right side of 1 for a request like these
-    speedup = app[ONLINE].model.speedup(inputs({"n_messages": 1}, {"chat": 1.0}), True).speedup
+    speedup = app[ONLINE].model.speedup(inputs({"n_messages": 1}, {"chat": 1.0})).speedup
     print(f"learned speedup of a chat request: {speedup:.3f}")
     assert (speedup < 1.0) == (faster == pair.plain.name), (speedup, pace)

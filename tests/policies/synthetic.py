@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from classifiers.scores import CLASS_SPEC_PRIOR
-from policies.learn import Observation
-from policies.learned import acceptance_for_speedup
-from policies.observation import request_inputs
+from policies.learner.learn import Observation
+from policies.learner.learned import acceptance_for_speedup
+from policies.learner.observation import request_inputs
 
 # The published GB10 numbers: (class, lang) -> speedup of MTP-1 over plain.
 GB10_SPEEDUP: Mapping[tuple[str, str], float] = {

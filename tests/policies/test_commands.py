@@ -10,8 +10,8 @@ import pytest
 
 from decisionlog.records import Outcome, RouteRecord, to_json
 from policies.commands import register
-from policies.learn import Observation
-from policies.learned import from_json
+from policies.learner.learn import Observation
+from policies.learner.learned import from_json
 from policies.store import DEFAULT_POLICY, learned_path_for
 from tests.policies import synthetic
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from policies.learn import learn
-from policies.learned import EMPTY_STATE, LearnedStateError, from_json, to_json
+from fileio.yamlfile import ConfigError
+from policies.learner.learn import learn
+from policies.learner.learned import EMPTY_STATE, LearnedStateError, from_json, to_json
 from policies.store import PolicyStore, learned_path_for, write_learned
-from policies.yamlfile import ConfigError
 from tests.policies import synthetic
 
 DEFAULT = Path(__file__).parents[2] / "policies" / "default.yaml"

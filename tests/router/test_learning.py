@@ -40,8 +40,8 @@ async def test_learner_moves_a_class_to_plain_when_speculation_loses(
     await _send(stack.base_url, "mtp", 6)
     await _send(stack.base_url, "plain", 6)
     state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
-    belief = state.belief("technical", "en")
-    assert belief is not None and belief.trusted
+    belief = state.beliefs["technical/en"]
+    assert belief.trusted
     assert belief.speedup < 1.0
     assert (tmp_path / "policy.learned.json").exists()
 

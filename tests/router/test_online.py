@@ -11,10 +11,10 @@ import numpy as np
 
 from backends.local.simulator import SimState
 from decisionlog.records import Outcome, RouteRecord
-from policies.learned import EMPTY_STATE
-from policies.observation import observation_from_record, request_inputs
-from policies.routemodel import gather
-from policies.speedup import Vector
+from policies.learner.learned import EMPTY_STATE
+from policies.learner.observation import observation_from_record, request_inputs
+from policies.learner.routemodel import gather
+from policies.learner.speedup import Vector
 from policies.store import PolicyStore, learned_path_for, write_learned
 from router.config import DEFAULT_POLICY
 from router.online import OnlineModel
@@ -67,7 +67,7 @@ def test_records_since_the_learned_file_are_counted_once(tmp_path: Path) -> None
     for record in records:
         online.write_record(record)
     assert online.model.evidence.greedy.n == 5 and online.online_records == 10
-    slow = online.model.speedup(_code_inputs(), True)
+    slow = online.model.speedup(_code_inputs())
     assert slow.speedup < 0.9  # 10 tok/s on mtp against 14.7 on plain: the outcomes count
 
     learned = [observation_from_record(r) for r in records[:6]]
@@ -113,7 +113,7 @@ def test_a_batch_of_records_teaches_what_the_same_records_teach_one_by_one(tmp_p
     assert batched.online_records == one_by_one.online_records == 10
     assert batched.model.evidence.greedy.n == one_by_one.model.evidence.greedy.n == 5
     x = _code_inputs()
-    assert batched.model.speedup(x, True) == one_by_one.model.speedup(x, True)
+    assert batched.model.speedup(x) == one_by_one.model.speedup(x)
 
 
 def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
@@ -139,5 +139,5 @@ def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
     x = _code_inputs()
     assert online.model  # the reload is taken up when the model is next asked for
     assert online.online_records == after.online_records == 6
-    assert online.model.speedup(x, True) == after.model.speedup(x, True)
+    assert online.model.speedup(x) == after.model.speedup(x)
     assert online.model.evidence.greedy.n == after.model.evidence.greedy.n

@@ -14,9 +14,9 @@ from backends.capability import ProbeResult, TimedProbe, probe_body
 from backends.local.simulator import MACHINES, SimState
 from backends.spec import BackendSpec
 from backends.stats import UpstreamReport
-from policies.machine import GB10_DS4
-from policies.observation import observation_from_record
-from policies.routemodel import RouteEvidence, RouteModel
+from policies.learner.observation import observation_from_record
+from policies.learner.routemodel import RouteEvidence, RouteModel
+from policies.policyfile.machine import GB10_DS4
 from policies.store import DEFAULT_POLICY
 from router.pace_probe import PROBE_RULE, measured_notes, probe_records
 from router.scoring import RuleScorer
@@ -75,4 +75,3 @@ def test_probe_records_teach_the_model_and_say_when_the_prior_is_far_off() -> No
     near = [r for r in records if r.outcome.backend == "plain-0"]
     slow_box = RouteModel(replace(GB10_DS4, t_plain_ms=7.5), RouteEvidence())
     assert measured_notes(near, slow_box) == []  # within 2x of the prior: nothing to say
-

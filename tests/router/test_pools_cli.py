@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.arms import arms_from_json
+from policies.learner.arms import arms_from_json
 from router.cli import main
 from router.config import ConfigError, load_config
 
@@ -132,9 +132,9 @@ def test_learn_writes_the_arms_next_to_the_learned_state(
 
 def test_the_readme_s_pool_examples_are_valid() -> None:
     """The YAML the README gives to copy validates as it stands."""
-    from policies.pools import pool_context
-    from policies.schema import Policy
-    from policies.yamlfile import parse_model
+    from fileio.yamlfile import parse_model
+    from policies.policyfile.pools import pool_context
+    from policies.policyfile.schema import Policy
     from router.config import Config
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -154,8 +154,8 @@ def test_the_readme_s_pool_examples_are_valid() -> None:
 
 
 def test_explain_shows_what_each_arm_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from policies.arms import ArmObservation, learn_arms
-    from policies.armstore import write_arms
+    from policies.learner.arms import ArmObservation, learn_arms
+    from policies.learner.armstore import write_arms
 
     arm = "nothink+model=deepseek-chat,thinking=off"
     chat = ("  chat:\n    pool: nothink\n    endpoints: [chat, messages, responses]\n"

@@ -18,7 +18,7 @@ from aiohttp import web
 from backends.local.simulator import SimState
 from decisionlog.records import RouteRecord
 from decisionlog.summary import summarize
-from policies.arm_rows import arm_rows
+from policies.learner.arm_rows import arm_rows
 from router.addons.dashboard import (
     RecentRecords,
     _is_loopback,

@@ -1,0 +1,1 @@
+"""Generic file helpers at the edges: YAML read and validated with line numbers, hot reload."""

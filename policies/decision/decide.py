@@ -1,0 +1,255 @@
+"""The routing decision: which backend instance serves one request.
+
+Pure: no I/O, no clock, no globals. Everything the decision depends on is an argument:
+the policy, the request's features and scores, the backends' health and in-flight work, the
+route model (a machine prior plus what the log taught), a standard normal draw for Thompson
+sampling, and where the conversation's prefix is held.
+
+Rules are checked in a fixed order (header, model alias, API key, sampling, thinking,
+response_format, class route); the first that pins a profile wins and is named in
+`Decision.rule`, with a short `reason` code for logs and headers. Then one rule places the
+request, pinned or not: the healthy instance (of the pinned profile, when one is pinned and
+healthy) that will finish it soonest (`policies.decision.finish`). It replaces thresholds, stickiness
+switches and load pricing: the queue, the cached prefix and the speedup are all terms of the
+predicted finish. `place` is that rule over any set of allowed instances: `policies.decision.route` uses
+it for a named pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from classifiers.features import Features
+from classifiers.scores import Scores
+from policies.decision.finish import THIN_BELOW, Candidate, InFlight, Queued, queued_ms, soonest
+from policies.decision.sessions import Held
+from policies.learner.routemodel import RouteModel
+from policies.learner.speedup import Prediction, inputs
+from policies.policyfile.schema import Policy, Profile, Route
+
+PROFILES: Final = ("mtp", "plain")
+AUTO_REASON: Final = "finish"  # an `auto` route: the soonest predicted finish decided
+
+
+@dataclass(frozen=True, slots=True)
+class BackendState:
+    """What the decision needs to know about one backend instance."""
+
+    name: str
+    profile: str
+    healthy: bool = True
+    inflight: int = 0
+    queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
+    pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
+    # `queue` as the rule uses it, when the caller summed it up already (the proxy's pool
+    # does, from its in-flight table); None: computed from `queue`
+    queued: Queued | None = None
+
+    def work(self) -> Queued:
+        if self.queued is not None:
+            return self.queued
+        return Queued(len(self.queue), queued_ms(self.queue))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Request facts that are not features: routing hints from headers and credentials."""
+
+    header_route: str | None = None  # x-specroute-route: mtp | plain | auto
+    model: str = ""
+    api_key_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    profile: str  # the profile of the chosen instance (the pinned one when none is healthy)
+    backend: str  # the instance chosen ("" when no backend is healthy)
+    reason: str  # short code: header, model, api_key, sampled, thinking, ..., finish
+    rule: str  # the policy path that decided, e.g. "routes.code"
+    explored: bool = False  # the Thompson draw chose another instance than the posterior mean
+    service_ms: float = 0.0  # predicted prefill + decode on the chosen instance
+    queue_ms: float = 0.0  # predicted work queued ahead of it there
+    tokens: float = 0.0  # expected completion tokens
+    speedup: float | None = None  # predicted speedup of an mtp instance for this request
+    speedup_sd: float | None = None  # its uncertainty (sd of the log-speedup)
+    finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "profile": self.profile,
+            "backend": self.backend,
+            "reason": self.reason,
+            "rule": self.rule,
+            "explored": self.explored,
+            "service_ms": round(self.service_ms, 1),
+            "queue_ms": round(self.queue_ms, 1),
+            "tokens": round(self.tokens, 1),
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
+            "speedup_sd": None if self.speedup_sd is None else round(self.speedup_sd, 4),
+            "finish_ms": {k: round(v, 1) for k, v in self.finish_ms.items()},
+        }
+
+
+def decide(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    context: RequestContext = RequestContext(),
+    *,
+    model: RouteModel,
+    held: Held | None = None,
+    z: float = 0.0,
+    route: tuple[Route, str] | None = None,
+) -> Decision:
+    """Pin a profile by the policy's rules (or not: `auto`), then the soonest predicted finish
+    among the healthy instances allowed. `z`: a standard normal draw for Thompson sampling
+    (0: the posterior median, no exploration). `route` (route, rule), when given, stands for
+    the class route (`policies.decision.route` passes a pool route's built-in arm)."""
+    pin, reason, rule = route_rule(policy, features, scores, context, route=route)
+    return place(
+        policy, features, scores, backends, lambda b: pin is None or b.profile == pin,
+        reason, rule, model=model, held=held, z=z, unserved=pin or policy.fallback,
+    )
+
+
+def place(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    allowed: Callable[[BackendState], bool],
+    reason: str,
+    rule: str,
+    *,
+    model: RouteModel,
+    held: Held | None,
+    z: float,
+    unserved: str,
+) -> Decision:
+    """The healthy instance `allowed` that will finish the request soonest; when none allowed
+    is healthy, the soonest of all healthy ones (`+unhealthy_failover`). `unserved`: the
+    decision's profile when no instance is healthy."""
+    healthy = [b for b in backends if b.healthy]
+    eligible = [b for b in healthy if allowed(b)]
+    if not eligible and healthy:
+        eligible, reason = healthy, f"{reason}+unhealthy_failover"
+    speedup = predict_speedup(policy, features, scores, model)
+    tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
+    sticky = held if held is not None and policy.stickiness.enabled else None
+    candidates = [candidate(b, features, model, speedup, z, sticky) for b in eligible]
+    choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
+    if choice is None:
+        return Decision(unserved, "", "no_healthy_backend", rule)
+    chosen = choice.candidate
+    return Decision(
+        profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
+        explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
+        tokens=tokens, speedup=speedup.speedup, speedup_sd=speedup.sd,
+        finish_ms=dict(choice.finish_ms),
+    )
+
+
+def route_rule(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    context: RequestContext = RequestContext(),
+    *,
+    route: tuple[Route, str] | None = None,
+) -> tuple[Profile | None, str, str]:
+    """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order.
+    `route` (route, rule), when given, stands for the class route."""
+    o = policy.overrides
+    header = (context.header_route or "").strip().lower()
+    if o.header and header in PROFILES:
+        return _profile(header), "header", "overrides.header"
+    model = context.model.lower()
+    if model in o.models:
+        return o.models[model], "model", f"overrides.models.{model}"
+    if context.api_key_name and context.api_key_name in o.api_keys:
+        name = context.api_key_name
+        return o.api_keys[name], "api_key", f"overrides.api_keys.{name}"
+    if o.sampled is not None and _sampled(policy, features):
+        return o.sampled, "sampled", "overrides.sampled"
+    if o.thinking is not None and _thinking(policy, features):
+        return o.thinking, "thinking", "overrides.thinking"
+    fmt = _response_format_of(features)
+    if fmt and fmt in o.response_format:
+        return o.response_format[fmt], "response_format", f"overrides.response_format.{fmt}"
+    if scores is None:
+        return policy.fallback, "classifier_error", "fallback"
+    class_route, rule = route or policy.route_for(scores.top_class, scores.lang)
+    if class_route != "auto":
+        return class_route, "class", rule
+    return None, AUTO_REASON, rule
+
+
+def predict_speedup(
+    policy: Policy, features: Features, scores: Scores | None, model: RouteModel
+) -> Prediction:
+    """The request's predicted log-speedup on an mtp instance (greedy or not)."""
+    if not _greedy_decoding(policy, features):  # reads no input: none built
+        return model.sampled_speedup()
+    return model.speedup(inputs(features.as_dict(), scores.scores if scores else None))
+
+
+def candidate(
+    b: BackendState,
+    features: Features,
+    model: RouteModel,
+    speedup: Prediction,
+    z: float,
+    held: Held | None,
+) -> Candidate:
+    """One instance's terms of the predicted finish for this request."""
+    cached = min(held.prompt_tokens, features.prompt_tokens) if held and held.backend == b.name else 0
+    prefill = max(0, features.prompt_tokens - cached) * model.prefill_ms_per_token(b.profile)
+    t_plain = model.t_plain_ms
+    if b.profile == "mtp":
+        median, drawn = t_plain / speedup.sample(0.0), t_plain / speedup.sample(z)
+    else:
+        median = drawn = t_plain
+    work = b.work()
+    return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
+                     waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW)
+
+
+def failover_order(
+    decision: Decision,
+    backends: Sequence[BackendState],
+    near: Callable[[BackendState], bool] | None = None,
+) -> list[str]:
+    """Backends to try in order: the chosen one, then the rest, healthy first, those `near` the
+    choice next (by default: of its profile; for a named pool: its members), least loaded."""
+    near = near or (lambda b: b.profile == decision.profile)
+    rest = sorted(
+        (b for b in backends if b.name != decision.backend),
+        key=lambda b: (not b.healthy, not near(b), b.inflight, b.name),
+    )
+    first = [decision.backend] if decision.backend else []
+    return first + [b.name for b in rest]
+
+
+def _sampled(policy: Policy, features: Features) -> bool:
+    temperature = features.temperature if features.temperature >= 0 else policy.assume.temperature
+    return temperature > 0
+
+
+def _thinking(policy: Policy, features: Features) -> bool:
+    return features.thinking or (features.thinking_unset and policy.assume.thinking)
+
+
+def _greedy_decoding(policy: Policy, features: Features) -> bool:
+    """Greedy and not thinking: where speculation can pay (ds4 speculates nothing else)."""
+    return not _sampled(policy, features) and not _thinking(policy, features)
+
+
+def _response_format_of(features: Features) -> str:
+    return "json" if features.json_mode else ""
+
+
+def _profile(value: str) -> Profile:
+    return "mtp" if value == "mtp" else "plain"

@@ -1,0 +1,157 @@
+"""The routing decision with pools and rewrites: which arm (pool, rewrite), then which instance.
+
+Pure: no I/O, no clock, no globals. Wraps `policies.decision.decide.decide`, in this order:
+1. The pins on the client's request (the `x-specroute-route` header, a model alias, an API
+   key) and a classifier failure: `decide` as always, the request sent unchanged. A header
+   naming a named pool sends the request there, unchanged.
+2. The class route for the request's endpoint. A built-in route (`mtp | plain | auto`): `decide`
+   as always, unchanged request.
+3. A pool route: an arm is chosen among the route's own arms (`policies.learner.arms`), and its rewrite
+   is applied to the features, so that the rules after it judge the request as it will be sent.
+   A built-in pool (`mtp`, `plain`, `auto`) then goes through `decide` (sampled, thinking and
+   response_format overrides, then the soonest predicted finish). A named pool allows its
+   healthy members only: the operator named the instances, so the mtp-or-plain overrides do not
+   apply; when no member is healthy, every healthy instance is allowed.
+
+Whatever allowed the instances, one rule picks among them: the soonest predicted finish
+(`policies.decision.decide.place`, `policies.decision.finish`), for a pool of any size. The uniform `draw` first
+serves the arm's exploration (`policies.learner.arms`), and what is left of it becomes the finish rule's
+Thompson draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from classifiers.features import Features
+from classifiers.scores import Scores
+from policies.decision.decide import (
+    BackendState,
+    Decision,
+    RequestContext,
+    decide,
+    failover_order,
+    place,
+)
+from policies.decision.finish import normal_draw
+from policies.decision.sessions import Held
+from policies.learner.arms import EMPTY_ARMS, ArmsState, choose_arm
+from policies.learner.routemodel import RouteModel
+from policies.policyfile.pools import BUILTIN_POOLS, PoolRoute
+from policies.policyfile.rewrite import Rewrite, rewritten_features
+from policies.policyfile.schema import Policy, Route
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """The decision, and the pool, arm and rewrite that led to it."""
+
+    decision: Decision
+    pool: str  # the pool asked for: mtp, plain or a named pool
+    arm: str  # the arm's key (pool plus rewrite label); the profile for unrewritten routes
+    rewrite: Rewrite | None  # applied to the request before it goes upstream
+    order: tuple[str, ...]  # backends to try, in order
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record's `decision` object: `Decision.as_dict()` plus the pool and the arm."""
+        return {**self.decision.as_dict(), "pool": self.pool, "arm": self.arm}
+
+
+def decide_route(
+    policy: Policy,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    context: RequestContext | None = None,
+    *,
+    model: RouteModel,
+    endpoint: str = "chat",
+    arms: ArmsState = EMPTY_ARMS,
+    draw: float | None = None,
+    held: Held | None = None,
+) -> Routed:
+    """The arm and the instance for one request (see the module's docstring for the order).
+    `draw`: a uniform random number for the arm's exploration and the finish rule's Thompson
+    draw (None: neither explores)."""
+    context = context or RequestContext()
+    header = context.header_route or ""
+    if policy.overrides.header and any(header in b.pools for b in backends):
+        decision = place_in_pool(policy, header, features, scores, backends, "header",
+                                 "overrides.header", model=model, held=held, z=normal_draw(draw))
+        return Routed(decision, header, header, None, pool_order(header, decision, backends))
+    route, rule = (None, "")
+    if scores is not None and not pinned_by_request(policy, context):
+        route, rule = policy.class_route(scores.top_class, scores.lang, endpoint)
+    if not isinstance(route, PoolRoute):
+        decision = decide(policy, features, scores, backends, context, model=model,
+                          z=normal_draw(draw), held=held,
+                          route=(route, rule) if route is not None else None)
+        return _unrewritten(decision, backends)
+    assert scores is not None  # a class route needs the scores
+    choice = choose_arm(
+        route.choices, arms, scores.top_class, scores.lang,
+        min_samples=policy.exploration.min_samples, rate=policy.exploration.arms_rate, draw=draw,
+    )
+    arm, z = choice.arm, normal_draw(choice.draw_left)
+    sent = rewritten_features(features, arm.rewrite)
+    if arm.builtin:
+        decision = decide(policy, sent, scores, backends, context, model=model, z=z, held=held,
+                          route=(_route_word(arm.pool), rule))
+        decision = replace(decision, explored=decision.explored or choice.explored)
+        return Routed(decision, decision.profile, arm.key, arm.rewrite,
+                      tuple(failover_order(decision, backends)))
+    reason = "arm" if len(route.choices) > 1 else "pool"
+    decision = place_in_pool(policy, arm.pool, sent, scores, backends, reason, rule,
+                             model=model, held=held, z=z)
+    decision = replace(decision, explored=decision.explored or choice.explored)
+    return Routed(decision, arm.pool, arm.key, arm.rewrite, pool_order(arm.pool, decision, backends))
+
+
+def pinned_by_request(policy: Policy, context: RequestContext) -> bool:
+    """Whether a pin on the client's request (header, model alias, API key) decides: those win
+    over every class route and are never rewritten."""
+    o = policy.overrides
+    header = (context.header_route or "").strip().lower()
+    if o.header and header in BUILTIN_POOLS:
+        return True
+    if context.model.lower() in o.models:
+        return True
+    return bool(context.api_key_name and context.api_key_name in o.api_keys)
+
+
+def place_in_pool(
+    policy: Policy,
+    pool: str,
+    features: Features,
+    scores: Scores | None,
+    backends: Sequence[BackendState],
+    reason: str,
+    rule: str,
+    *,
+    model: RouteModel,
+    held: Held | None,
+    z: float,
+) -> Decision:
+    """The healthy member of a named pool that will finish the request soonest (the queue on
+    it, the prefix it holds for this conversation, its pace for this request); with no member
+    healthy, the soonest of every healthy instance."""
+    return place(policy, features, scores, backends, lambda b: pool in b.pools, reason, rule,
+                 model=model, held=held, z=z, unserved=pool)
+
+
+def pool_order(pool: str, decision: Decision, backends: Sequence[BackendState]) -> tuple[str, ...]:
+    """The chosen instance, then the rest, healthy first, the pool's other members next."""
+    return tuple(failover_order(decision, backends, near=lambda b: pool in b.pools))
+
+
+def _unrewritten(decision: Decision, backends: Sequence[BackendState]) -> Routed:
+    return Routed(decision, decision.profile, decision.profile, None,
+                  tuple(failover_order(decision, backends)))
+
+
+def _route_word(pool: str) -> Route:
+    if pool in ("mtp", "plain"):
+        return "mtp" if pool == "mtp" else "plain"
+    return "auto"

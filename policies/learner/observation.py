@@ -1,0 +1,125 @@
+"""One served request as the learner sees it, and how to take it from a decision-log record.
+
+Pure: a frozen dataclass and a function of the record (`decisionlog.records`); no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from decisionlog.records import RouteRecord
+from policies.learner.speedup import inputs as speedup_inputs
+from policies.policyfile.rewrite import logged_features_as_sent
+from policies.policyfile.schema import Assume
+
+# The decision reason of a startup probe's record (router/pace_probe): the proxy timed a short
+# greedy generation on the instance before any client request.
+PROBE_REASON: Final = "probe"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One served request, as the learner needs it (built from a decision-log record)."""
+
+    cls: str
+    lang: str
+    p_spec: float
+    profile: str  # the profile of the instance that served it: "mtp" | "plain"
+    completion_tokens: int
+    decode_tps: float  # decode tokens/s; the backend's own figure when it reports one
+    draft_n: int | None = None  # verified cycles (depth 1: one drafted token per cycle)
+    draft_accepted: int | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_ms: float | None = None
+    temperature: float = 0.0  # -1: the request did not say
+    thinking: bool | None = False  # None: the request did not say
+    inputs: tuple[float, ...] | None = None  # the speedup model's inputs (policies.learner.speedup)
+    queued: bool = False  # work was queued ahead of it on its instance when it was routed
+    backend: str = ""
+    ts: str = ""
+    probe: bool = False  # the proxy's own startup probe of the instance's pace
+
+    def greedy(self, assume: Assume) -> bool:
+        """Whether the request decoded greedily without thinking (where speculation can pay),
+        filling in what the request did not say from the policy's assumptions."""
+        temperature = self.temperature if self.temperature >= 0 else assume.temperature
+        thinking = assume.thinking if self.thinking is None else self.thinking
+        return temperature <= 0 and not thinking
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 / self.decode_tps
+
+    @property
+    def has_draft_stats(self) -> bool:
+        return self.profile == "mtp" and bool(self.draft_n)
+
+
+def observation_from_record(record: RouteRecord) -> Observation | None:
+    """An observation from one decision-log record, or None when the request taught nothing
+    (failed, no tokens, no decode rate). Fields are as the reader parsed them from a JSON line,
+    so a value of the wrong type also gives None."""
+    outcome, classifier = record.outcome, record.classifier
+    try:
+        features = logged_features_as_sent(record.features, record.rewrite)
+        profile = str(outcome.profile or record.decision.get("profile") or "")
+        tokens = int(outcome.completion_tokens or 0)
+        tps = float(outcome.backend_tps or outcome.decode_tps or 0.0)
+        if outcome.status != 200 or profile not in ("mtp", "plain"):
+            return None
+        if tokens < 2 or not tps > 0 or not math.isfinite(tps) or not classifier.get("class"):
+            return None
+        return Observation(
+            cls=str(classifier["class"]),
+            lang=str(classifier.get("lang") or "en"),
+            p_spec=min(1.0, max(0.0, float(classifier.get("p_spec", 0.5)))),
+            profile=profile,
+            completion_tokens=tokens,
+            decode_tps=tps,
+            draft_n=_int_or_none(outcome.draft_n),
+            draft_accepted=_int_or_none(outcome.draft_accepted),
+            prompt_tokens=int(outcome.prompt_tokens or 0),
+            cached_tokens=int(outcome.cached_tokens or 0),
+            ttft_ms=_float_or_none(outcome.ttft_ms),
+            temperature=float(features.get("temperature", -1)),
+            thinking=_thinking(features),
+            inputs=request_inputs(features, classifier.get("scores")),
+            queued=bool(record.decision.get("queue_ms") or 0),
+            backend=str(outcome.backend or record.decision.get("backend") or ""),
+            ts=str(record.ts or ""),
+            probe=record.decision.get("reason") == PROBE_REASON,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def request_inputs(features: Mapping[str, Any], scores: Any) -> tuple[float, ...]:
+    """The speedup model's inputs from a record's features and class scores."""
+    table = scores if isinstance(scores, Mapping) else None
+    return tuple(float(v) for v in speedup_inputs(features, table))
+
+
+def observations(records: Iterable[RouteRecord]) -> Iterator[Observation]:
+    """What the learner needs from each record; records that taught nothing are dropped."""
+    for record in records:
+        observation = observation_from_record(record)
+        if observation is not None:
+            yield observation
+
+
+def _thinking(features: Mapping[str, Any]) -> bool | None:
+    if features.get("thinking"):
+        return True
+    return None if features.get("thinking_unset", True) else False
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,93 @@
+"""Each kind of instance's pace as the route model sees it, against the machine prior's: what
+`policy explain`, the dashboard, `/readyz` and the startup log show.
+
+Pure: arithmetic on a `RouteModel`; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from policies.learner.routemodel import RouteModel
+from policies.learner.speedup import PACE, PARAMETERS, WEIGHTS, Vector, inputs, prior_weights
+from policies.policyfile.machine import MachinePrior
+
+# A measured pace this far from the prior's (either way) is said to discount the prior.
+FAR_FACTOR: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """ms per token on one kind of instance: the model's median, its 1-sd range, the prior's."""
+
+    profile: str
+    ms_per_token: float
+    low: float
+    high: float
+    n: int  # served requests of this profile behind it (startup probes included)
+    probes: int
+    source: str  # prior | probe | log
+    prior_ms_per_token: float
+
+    @property
+    def far_from_prior(self) -> bool:
+        return self.source != "prior" and far(self.ms_per_token, self.prior_ms_per_token)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ms_per_token": round(self.ms_per_token, 3), "low": round(self.low, 3),
+                "high": round(self.high, 3), "n": self.n, "probes": self.probes,
+                "source": self.source, "prior_ms_per_token": round(self.prior_ms_per_token, 3)}
+
+
+def paces(model: RouteModel) -> tuple[Pace, Pace]:
+    """The plain pace, and the mtp pace for the average greedy request served there so far
+    (a request of no particular class before any)."""
+    e, prior = model.evidence, model.prior
+    pace = model.pace
+    plain = Pace("plain", pace.speedup, pace.sample(-1.0), pace.sample(1.0), e.plain.n,
+                 e.probes.get("plain", 0), model.pace_source("plain"), prior.t_plain_ms)
+    x = typical_mtp_inputs(model)
+    # log(mtp ms per token) = pace - x . w, with its sd from the joint posterior
+    a = np.zeros(PARAMETERS)
+    a[PACE], a[WEIGHTS] = 1.0, -x
+    mean = float(a @ model.posterior.mean)
+    sd = math.sqrt(max(float(a @ model.posterior.cov @ a), 0.0))
+    prior_speedup = math.exp(float(x @ prior_weights(prior)[0]))
+    mtp = Pace("mtp", math.exp(mean), math.exp(mean - sd), math.exp(mean + sd), e.n_mtp,
+               e.probes.get("mtp", 0), model.pace_source("mtp"),
+               prior.t_plain_ms / prior_speedup)
+    return plain, mtp
+
+
+def typical_mtp_inputs(model: RouteModel) -> Vector:
+    """The mean speedup input of the greedy mtp requests learned from (x[0] is 1 in each, so
+    the bias column of the sums holds their total); none yet: no class in particular."""
+    greedy = model.evidence.greedy
+    if greedy.n:
+        return np.asarray(greedy.xtx[0] / greedy.n, dtype=np.float64)
+    return inputs({}, None)
+
+
+def far(measured_ms: float, expected_ms: float) -> bool:
+    """Whether a measured pace is more than `FAR_FACTOR` from the expected one, either way."""
+    return not 1 / FAR_FACTOR <= measured_ms / expected_ms <= FAR_FACTOR
+
+
+def prior_note(prior: MachinePrior, pace: Pace) -> str:
+    """What the model's pace on one kind of instance says of the prior ('' when near it)."""
+    if not pace.far_from_prior:
+        return ""
+    return discount_note(prior.name, pace.profile, pace.prior_ms_per_token,
+                         f"{pace.profile} ({pace.source}, n={pace.n})", pace.ms_per_token)
+
+
+def discount_note(prior: str, profile: str, expected_ms: float, who: str,
+                  measured_ms: float) -> str:
+    """'prior gb10-ds4 says 68 ms/token on plain, plain-0 measures 6.9: the prior is
+    discounted'."""
+    return (f"prior {prior} says {expected_ms:.3g} ms/token on {profile}, {who} measures "
+            f"{measured_ms:.3g}: the prior is discounted")

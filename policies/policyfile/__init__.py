@@ -1,0 +1,1 @@
+"""The policy file as declared: its schema, named pools and arms, rewrites, machine priors."""
