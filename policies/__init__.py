@@ -1,1 +1,74 @@
-"""specroute: policies."""
+"""specroute's routing policy: the policy file as declared (`policyfile`), the pure
+per-request decision (`decision`) and the learner (`learner`), behind this surface: what
+`router/` may use. Everything else in the package is internal to it."""
+
+from __future__ import annotations
+
+from policies.decision.decide import BackendState, Decision
+from policies.decision.finish import queued_work
+from policies.decision.pins import RequestContext
+from policies.decision.route import Routed, decide_route
+from policies.decision.sessions import Held, SessionTable, conversation_key
+from policies.explain import describe_model
+from policies.learner.arm_rows import ArmRow, arm_rows, has_extra_arms
+from policies.learner.arms import EMPTY_ARMS, ArmsState, learn_arms
+from policies.learner.learned import LearnedState, predicted_speedup
+from policies.learner.observation import (
+    PROBE_REASON,
+    Observation,
+    observation_from_record,
+    observations,
+)
+from policies.learner.pace import discount_note, far, paces, prior_note
+from policies.learner.routemodel import RouteEvidence, RouteModel, observe
+from policies.learner.speedup import PriorTerms, class_inputs
+from policies.policyfile.machine import MachinePrior
+from policies.policyfile.pools import POOL_NAME
+from policies.policyfile.rewrite import Applied, apply_rewrite
+from policies.policyfile.schema import Policy
+from policies.policyfile.words import ROUTE_WORDS
+from policies.store import DEFAULT_POLICY, PolicyStore, Snapshot, learn_to_file
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "EMPTY_ARMS",
+    "POOL_NAME",
+    "PROBE_REASON",
+    "ROUTE_WORDS",
+    "Applied",
+    "ArmRow",
+    "ArmsState",
+    "BackendState",
+    "Decision",
+    "Held",
+    "LearnedState",
+    "MachinePrior",
+    "Observation",
+    "Policy",
+    "PolicyStore",
+    "PriorTerms",
+    "RequestContext",
+    "RouteEvidence",
+    "RouteModel",
+    "Routed",
+    "SessionTable",
+    "Snapshot",
+    "apply_rewrite",
+    "arm_rows",
+    "class_inputs",
+    "conversation_key",
+    "decide_route",
+    "describe_model",
+    "discount_note",
+    "far",
+    "has_extra_arms",
+    "learn_arms",
+    "learn_to_file",
+    "observation_from_record",
+    "observations",
+    "observe",
+    "paces",
+    "predicted_speedup",
+    "prior_note",
+    "queued_work",
+]

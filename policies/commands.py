@@ -21,25 +21,18 @@ from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.readers import read_records
 from fileio.yamlfile import ConfigError, load_model
-from policies.decision.decide import BackendState, RequestContext
+from policies.decision.decide import BackendState
+from policies.decision.pins import RequestContext
 from policies.decision.route import decide_route
 from policies.explain import describe_model, describe_policy, describe_request, describe_state
 from policies.explain_routes import describe_arms, describe_route
-from policies.learner.arms import (
-    EMPTY_ARMS,
-    ArmObservation,
-    ArmsState,
-    arm_observations,
-    learn_arms,
-)
-from policies.learner.armstore import ARMS_SUFFIX, arms_path_for, read_arms, write_arms
+from policies.learner.arms import ArmsState
 from policies.learner.observation import Observation, observations
 from policies.learner.routemodel import RouteModel
 from policies.policyfile.pools import pool_context, pools_named
 from policies.policyfile.schema import Policy
 from policies.store import (
     DEFAULT_POLICY,
-    LEARNED_SUFFIX,
     PolicyStore,
     learn_to_file,
     learned_path_for,
@@ -160,7 +153,7 @@ def explain_command(args: argparse.Namespace, scorer: Scorer, read_config: Confi
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
-    arms = read_arms(arms_path_for(policy_path)) or EMPTY_ARMS
+    arms = store.learned.arms
     lines = describe_policy(store.policy)
     lines += [""] + describe_model(store.snapshot.model)
     lines += [""] + describe_state(store.learned, store.policy, str(store.learned_path))
@@ -225,7 +218,7 @@ def learn_command(args: argparse.Namespace) -> int:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     try:
-        learned_from, arms_from = _observations(args.logs)
+        learned_from = _observations(args.logs)
     except OSError as exc:
         print(f"specroute learn: cannot read the log: {exc}", file=sys.stderr)
         return 1
@@ -234,29 +227,16 @@ def learn_command(args: argparse.Namespace) -> int:
         return 1
     out = Path(args.out) if args.out else learned_path_for(args.policy)
     state = learn_to_file(learned_from, policy, out, created=datetime.now(UTC).isoformat())
-    arms = learn_arms(arms_from)
-    write_arms(_arms_out(out), arms)
     try:
         model = RouteModel(load_prior(policy, args.policy), state.evidence)
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     print("\n".join(describe_model(model) + [""] + describe_state(state, policy, str(out))
-                    + describe_arms(arms, policy)))
+                    + describe_arms(state.arms, policy)))
     return 0
 
 
-def _observations(logs: list[str]) -> tuple[list[Observation], list[ArmObservation]]:
-    """What the learner and the arms' comparison need, in one pass over the logs."""
-    learned_from: list[Observation] = []
-    arms_from: list[ArmObservation] = []
-    for record in read_records(logs):
-        learned_from += observations([record])
-        arms_from += arm_observations([record])
-    return learned_from, arms_from
-
-
-def _arms_out(learned_out: Path) -> Path:
-    """Where the arms' stats go: beside the learned state (`x.learned.json` -> `x.arms.json`)."""
-    stem = learned_out.name.removesuffix(LEARNED_SUFFIX).removesuffix(".json")
-    return learned_out.with_name(stem + ARMS_SUFFIX)
+def _observations(logs: list[str]) -> list[Observation]:
+    """Everything the learner's accumulators need, in one pass over the logs."""
+    return list(observations(read_records(logs)))

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from policies.decision.arms import metric_for, rank_arms
 from policies.decision.route import Routed
-from policies.learner.arms import ArmsState, metric_for, rank_arms
+from policies.learner.arms import ArmsState
 from policies.policyfile.pools import PoolRoute
 from policies.policyfile.rewrite import apply_rewrite
 from policies.policyfile.schema import Policy

@@ -35,6 +35,7 @@ from policies.policyfile.pools import pool_context
 from policies.policyfile.schema import Policy
 
 LEARNED_SUFFIX: Final = ".learned.json"
+OLD_ARMS_SUFFIX: Final = ".arms.json"  # the arms' own file before learned-state version 4
 # The policy shipped in the package, wherever it is installed.
 DEFAULT_POLICY: Final = str(importlib.resources.files("policies") / "default.yaml")
 # `path:line: field: message`, as `fileio.yamlfile` writes problems.
@@ -138,6 +139,13 @@ class PolicyStore:
         return True
 
     def _initial_learned(self) -> LearnedState:
+        superseded = self.learned_path.with_name(
+            self.learned_path.name.removesuffix(LEARNED_SUFFIX) + OLD_ARMS_SUFFIX)
+        if superseded.exists():  # before version 4 the arms' stats had a file of their own
+            log.warning("arms_file_superseded", file=str(superseded),
+                        detail=f"the arms' sums now live in {self.learned_path}, relearned from "
+                               "the decision log at the next learning run; this file is not "
+                               "read and may be removed")
         if not self.learned_path.exists():
             return EMPTY_STATE
         try:

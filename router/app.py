@@ -20,10 +20,7 @@ from aiohttp import web
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
 from decisionlog.records import RouteRecord
 from decisionlog.writer import DecisionLog
-from policies.decision.sessions import SessionTable
-from policies.learner.armstore import ArmsHolder, arms_path_for
-from policies.learner.pace import paces
-from policies.store import PolicyStore
+from policies import PolicyStore, SessionTable, paces
 from router import handlers
 from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
@@ -37,7 +34,6 @@ from router.pool import BackendPool
 from router.scoring import ScorerHolder
 from router.sinks import RecordQueue, RecordSink, SinkHealth
 from router.state import (
-    ARMS,
     ASK_MEMO,
     CONFIG,
     DEPS,
@@ -75,7 +71,6 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[POOL] = BackendPool(config.backends, pools=config.pools)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
     app[POLICY] = store
-    app[ARMS] = ArmsHolder(arms_path_for(config.policy))
     app[SESSIONS] = SessionTable(stickiness.max_conversations, stickiness.ttl_s)
     app[TOKENS] = deps.count_tokens if deps.count_tokens is not None else _load_tokens(config)
     online = OnlineModel(store)  # the route model, updated as records are written
@@ -186,5 +181,4 @@ def reload_once(app: web.Application) -> None:
         stickiness = store.policy.stickiness
         app[SESSIONS].resize(stickiness.max_conversations, stickiness.ttl_s)
     app[SCORER].reload_if_changed()
-    app[ARMS].reload_if_changed()
     app[SESSIONS].expire(now)

@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from backends.spec import BackendSpec
 from fileio.yamlfile import ConfigError, load_model
-from policies.policyfile.pools import POOL_NAME, ROUTE_WORDS
-from policies.store import DEFAULT_POLICY
+from policies import DEFAULT_POLICY, POOL_NAME, ROUTE_WORDS
 
 SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
 

@@ -113,7 +113,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
-        arms=app[state.ARMS].state,
+        arms=app[state.ONLINE].arms,
         engine_of=lambda name: pool.runtime(name).spec.engine,
         tools_memo=app[state.TOOLS_MEMO],
         ask_memo=app[state.ASK_MEMO],

@@ -1,6 +1,7 @@
-"""The background learner: every `learn.interval_s`, learn from the whole decision log (the route
-model's evidence, the per-class tables) and write the learned state next to the policy, where
-the store hot-reloads it (records written since reach the model online: router.online).
+"""The background learner: every `learn.interval_s`, one pass over the whole decision log feeds
+every accumulator of the learner (the route model's evidence, the arms' sums, the per-class
+tables), and the one learned state is written next to the policy, where the store hot-reloads
+it (records written since reach the model and the arms online: router.online).
 
 Learning reads the whole rotated log (bounded by `log.rotate_mb * log.keep`) and does
 arithmetic: it runs in a worker thread so that the event loop keeps relaying streams.
@@ -18,12 +19,8 @@ from aiohttp import web
 
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats
-from policies.learner.arms import arm_observations, learn_arms
-from policies.learner.armstore import write_arms
-from policies.learner.learned import LearnedState
-from policies.learner.observation import observations
-from policies.store import learn_to_file
-from router.state import ARMS, CONFIG, DEPS, POLICY
+from policies import LearnedState, learn_to_file, observations
+from router.state import CONFIG, DEPS, POLICY
 
 log = structlog.get_logger("specroute")
 
@@ -39,17 +36,7 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
              log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
              plain_outcomes=state.evidence.plain.n,
              through=state.evidence.through, path=str(store.learned_path))
-    learn_arms_now(app)
     return state
-
-
-def learn_arms_now(app: web.Application) -> None:
-    """The arms' stats (each pool and rewrite a route allows) from the decision log, written
-    next to the policy and put in force."""
-    holder = app[ARMS]
-    state = learn_arms(arm_observations(iter_log_records([app[CONFIG].log.path])))
-    write_arms(holder.path, state)
-    holder.set(state)
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:

@@ -1,7 +1,8 @@
-"""The route model in force, updated online as records arrive.
+"""The learned state in force (the route model and the arms' sums), updated online as records
+arrive.
 
 The learned file (written by `specroute learn` or the background learner, hot-reloaded by the
-policy store) holds the evidence of the whole log up to its `through` timestamp; records
+policy store) holds the sums of the whole log up to its `through` timestamp; records
 written since are added here in order, a batch at a time (what finished within
 `Deps.record_interval_s`, 20 ms: one posterior rebuild per batch), so that requests are decided
 with outcomes at most that old. When a newer learned file is swapped in, the records it already covers are dropped
@@ -18,11 +19,22 @@ from typing import Any, Final, NamedTuple
 
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
-from policies.learner.observation import Observation, observation_from_record
-from policies.learner.pace import paces, prior_note
-from policies.learner.routemodel import RouteEvidence, RouteModel, observe
-from policies.learner.speedup import PriorTerms, class_inputs
-from policies.store import PolicyStore, Snapshot
+from policies import (
+    EMPTY_ARMS,
+    ArmsState,
+    Observation,
+    PolicyStore,
+    PriorTerms,
+    RouteEvidence,
+    RouteModel,
+    Snapshot,
+    class_inputs,
+    learn_arms,
+    observation_from_record,
+    observe,
+    paces,
+    prior_note,
+)
 
 # Records kept for re-applying after a reload (a learner that runs every few minutes sees far
 # fewer in between).
@@ -59,6 +71,8 @@ class OnlineModel:
         self._pending: deque[Kept] = deque(maxlen=MAX_PENDING)
         self._snapshot: Snapshot | None = None
         self._recent = RouteEvidence()
+        self._recent_arms = EMPTY_ARMS
+        self._arms = EMPTY_ARMS
         self._model: RouteModel | None = None
         self._terms: tuple[object, PriorTerms] | None = None  # (prior, its terms)
 
@@ -69,6 +83,13 @@ class OnlineModel:
             self._rebase(snapshot)
         assert self._model is not None
         return self._model
+
+    @property
+    def arms(self) -> ArmsState:
+        """The arms' sums: the learned file's plus the records added since."""
+        if self._store.snapshot is not self._snapshot or self._model is None:
+            self._rebase(self._store.snapshot)
+        return self._arms
 
     @property
     def online_records(self) -> int:
@@ -92,6 +113,7 @@ class OnlineModel:
         for observation in observations:
             recent = observe(recent, observation, snapshot.policy.assume)
         self._recent = recent
+        self._recent_arms = self._recent_arms.merged(learn_arms(observations))
         self._model = self._build(snapshot)
 
     def _rebase(self, snapshot: Snapshot) -> None:
@@ -101,13 +123,15 @@ class OnlineModel:
             self._snapshot = snapshot
             self._model = self._build(snapshot)
             return
-        through = snapshot.learned.evidence.through
+        through = snapshot.learned.through
         kept = [k for k in self._pending if not through or k.observation.ts > through]
         self._pending = deque(kept, maxlen=MAX_PENDING)
         recent = RouteEvidence()
-        for k in kept:
-            recent = observe(recent, k.unpacked(), snapshot.policy.assume)
+        unpacked = [k.unpacked() for k in kept]
+        for observation in unpacked:
+            recent = observe(recent, observation, snapshot.policy.assume)
         self._snapshot, self._recent = snapshot, recent
+        self._recent_arms = learn_arms(unpacked)
         self._model = self._build(snapshot)
 
     def _build(self, snapshot: Snapshot) -> RouteModel:
@@ -115,6 +139,7 @@ class OnlineModel:
         if self._terms is None or self._terms[0] is not snapshot.prior:
             self._terms = (snapshot.prior, PriorTerms.of(snapshot.prior))
         evidence = snapshot.learned.evidence.merged(self._recent)
+        self._arms = snapshot.learned.arms.merged(self._recent_arms)
         return RouteModel(snapshot.prior, evidence, self._terms[1])
 
 

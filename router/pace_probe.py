@@ -20,10 +20,7 @@ from backends.spec import BackendSpec
 from classifiers.features import TokenCounter, extract
 from classifiers.request_view import view_request
 from decisionlog.records import Outcome, RouteRecord
-from policies.learner.observation import PROBE_REASON
-from policies.learner.pace import discount_note, far
-from policies.learner.routemodel import RouteModel
-from policies.policyfile.machine import MachinePrior
+from policies import PROBE_REASON, MachinePrior, RouteModel, discount_note, far
 from router.scoring import Scorer, score_safely
 
 PROBE_RULE = "startup_probe"

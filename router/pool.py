@@ -14,8 +14,7 @@ from itertools import count
 
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies.decision.decide import BackendState
-from policies.decision.finish import queued_work
+from policies import BackendState, queued_work
 
 
 @dataclass(slots=True)

@@ -20,13 +20,21 @@ from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, ext
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.records import Outcome, RouteRecord
-from policies.decision.decide import BackendState, Decision, RequestContext
-from policies.decision.route import Routed, decide_route
-from policies.decision.sessions import Held, conversation_key
-from policies.learner.arms import EMPTY_ARMS, ArmsState
-from policies.learner.routemodel import RouteModel
-from policies.policyfile.rewrite import Applied, apply_rewrite
-from policies.policyfile.schema import Policy
+from policies import (
+    EMPTY_ARMS,
+    Applied,
+    ArmsState,
+    BackendState,
+    Decision,
+    Held,
+    Policy,
+    RequestContext,
+    Routed,
+    RouteModel,
+    apply_rewrite,
+    conversation_key,
+    decide_route,
+)
 from router.errors import RequestError
 from router.scoring import Scorer, score_safely
 

@@ -16,9 +16,7 @@ from aiohttp import web
 from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
 from classifiers.features import AskMemo, TokenCounter, ToolsMemo
-from policies.decision.sessions import SessionTable
-from policies.learner.armstore import ArmsHolder
-from policies.store import PolicyStore
+from policies import PolicyStore, SessionTable
 from router.config import Config
 from router.online import OnlineModel
 from router.pool import BackendPool
@@ -67,6 +65,5 @@ SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
 PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
-ARMS = web.AppKey("arms", ArmsHolder)  # the arms' stats, for routes with several arms
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

@@ -30,6 +30,8 @@ ROOMS = {
     "policies/learner/": {"policies.policyfile", "policies.learner"},
     "policies/decision/": {"policies.policyfile", "policies.learner", "policies.decision"},
 }
+# What `from policies import X` may name (the package's `__all__`, read from its source).
+POLICIES_SURFACE: set[str] = set()
 LEARNER_IO = {"policies.learner.armstore", "policies.store", "fileio"}
 # Parts of a package that the rest of it must not import: (the part, who may import it).
 APART = [
@@ -68,6 +70,15 @@ IMPURE_MODULES = {
 }
 
 
+def _surface(init: Path) -> set[str]:
+    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {elt.value for elt in node.value.elts  # type: ignore[attr-defined]
+                    if isinstance(elt, ast.Constant)}
+    return set()
+
+
 def _modules(path: Path) -> set[str]:
     """The dotted names a file imports (absolute imports; `from a import b` gives `a` and
     `a.b`, since `b` may be a module)."""
@@ -80,6 +91,9 @@ def _modules(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+POLICIES_SURFACE.update(_surface(ROOT / "policies" / "__init__.py"))
 
 
 def _imports(path: Path) -> set[str]:
@@ -129,6 +143,18 @@ def test_each_room_of_policies_imports_only_what_it_may(room: str) -> None:
         if wrong:
             offenders[_relative(path)] = wrong
     assert offenders == {}, f"imports across the rooms of policies/: {offenders}"
+
+
+def test_router_uses_policies_through_its_public_surface() -> None:
+    """`policies/__init__` names what `router/` may use; the CLI also starts `policies.commands`."""
+    offenders = {
+        _relative(path): sorted(m for m in _modules(path) if m.startswith("policies.")
+                                and not m.startswith("policies.commands")
+                                and m.removeprefix("policies.") not in POLICIES_SURFACE)
+        for path in _sources("router")
+    }
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert offenders == {}, f"router/ reaches inside policies/: {offenders}"
 
 
 def test_only_the_trainer_of_the_classifiers_reads_the_decision_log() -> None:

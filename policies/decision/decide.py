@@ -24,12 +24,13 @@ from typing import Final
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.finish import THIN_BELOW, Candidate, InFlight, Queued, queued_ms, soonest
+from policies.decision.pins import NO_CONTEXT, RequestContext, request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import RouteModel
 from policies.learner.speedup import Prediction, inputs
-from policies.policyfile.schema import Policy, Profile, Route
+from policies.policyfile.schema import Policy
+from policies.policyfile.words import Profile, Route
 
-PROFILES: Final = ("mtp", "plain")
 AUTO_REASON: Final = "finish"  # an `auto` route: the soonest predicted finish decided
 
 
@@ -51,15 +52,6 @@ class BackendState:
         if self.queued is not None:
             return self.queued
         return Queued(len(self.queue), queued_ms(self.queue))
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """Request facts that are not features: routing hints from headers and credentials."""
-
-    header_route: str | None = None  # x-specroute-route: mtp | plain | auto
-    model: str = ""
-    api_key_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +89,7 @@ def decide(
     features: Features,
     scores: Scores | None,
     backends: Sequence[BackendState],
-    context: RequestContext = RequestContext(),
+    context: RequestContext = NO_CONTEXT,
     *,
     model: RouteModel,
     held: Held | None = None,
@@ -156,22 +148,16 @@ def route_rule(
     policy: Policy,
     features: Features,
     scores: Scores | None,
-    context: RequestContext = RequestContext(),
+    context: RequestContext = NO_CONTEXT,
     *,
     route: tuple[Route, str] | None = None,
 ) -> tuple[Profile | None, str, str]:
     """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order.
     `route` (route, rule), when given, stands for the class route."""
     o = policy.overrides
-    header = (context.header_route or "").strip().lower()
-    if o.header and header in PROFILES:
-        return _profile(header), "header", "overrides.header"
-    model = context.model.lower()
-    if model in o.models:
-        return o.models[model], "model", f"overrides.models.{model}"
-    if context.api_key_name and context.api_key_name in o.api_keys:
-        name = context.api_key_name
-        return o.api_keys[name], "api_key", f"overrides.api_keys.{name}"
+    pin = request_pin(policy, context)
+    if pin is not None:
+        return _profile(pin.target), pin.reason, pin.rule
     if o.sampled is not None and _sampled(policy, features):
         return o.sampled, "sampled", "overrides.sampled"
     if o.thinking is not None and _thinking(policy, features):

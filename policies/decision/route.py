@@ -27,21 +27,17 @@ from typing import Any
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.decide import (
-    BackendState,
-    Decision,
-    RequestContext,
-    decide,
-    failover_order,
-    place,
-)
+from policies.decision.arms import choose_arm
+from policies.decision.decide import BackendState, Decision, decide, failover_order, place
 from policies.decision.finish import normal_draw
+from policies.decision.pins import RequestContext, request_pin
 from policies.decision.sessions import Held
-from policies.learner.arms import EMPTY_ARMS, ArmsState, choose_arm
+from policies.learner.arms import EMPTY_ARMS, ArmsState
 from policies.learner.routemodel import RouteModel
-from policies.policyfile.pools import BUILTIN_POOLS, PoolRoute
+from policies.policyfile.pools import PoolRoute
 from policies.policyfile.rewrite import Rewrite, rewritten_features
-from policies.policyfile.schema import Policy, Route
+from policies.policyfile.schema import Policy
+from policies.policyfile.words import Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +72,14 @@ def decide_route(
     `draw`: a uniform random number for the arm's exploration and the finish rule's Thompson
     draw (None: neither explores)."""
     context = context or RequestContext()
-    header = context.header_route or ""
-    if policy.overrides.header and any(header in b.pools for b in backends):
-        decision = place_in_pool(policy, header, features, scores, backends, "header",
-                                 "overrides.header", model=model, held=held, z=normal_draw(draw))
-        return Routed(decision, header, header, None, pool_order(header, decision, backends))
+    pin = request_pin(policy, context, {pool for b in backends for pool in b.pools})
+    if pin is not None and pin.pool:
+        decision = place_in_pool(policy, pin.target, features, scores, backends, pin.reason,
+                                 pin.rule, model=model, held=held, z=normal_draw(draw))
+        return Routed(decision, pin.target, pin.target, None,
+                      pool_order(pin.target, decision, backends))
     route, rule = (None, "")
-    if scores is not None and not pinned_by_request(policy, context):
+    if scores is not None and pin is None:
         route, rule = policy.class_route(scores.top_class, scores.lang, endpoint)
     if not isinstance(route, PoolRoute):
         decision = decide(policy, features, scores, backends, context, model=model,
@@ -107,18 +104,6 @@ def decide_route(
                              model=model, held=held, z=z)
     decision = replace(decision, explored=decision.explored or choice.explored)
     return Routed(decision, arm.pool, arm.key, arm.rewrite, pool_order(arm.pool, decision, backends))
-
-
-def pinned_by_request(policy: Policy, context: RequestContext) -> bool:
-    """Whether a pin on the client's request (header, model alias, API key) decides: those win
-    over every class route and are never rewritten."""
-    o = policy.overrides
-    header = (context.header_route or "").strip().lower()
-    if o.header and header in BUILTIN_POOLS:
-        return True
-    if context.model.lower() in o.models:
-        return True
-    return bool(context.api_key_name and context.api_key_name in o.api_keys)
 
 
 def place_in_pool(

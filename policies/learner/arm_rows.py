@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from decisionlog.records import RouteRecord
-from policies.learner.arms import ANY_LANG, arm_observations, learn_arms
+from policies.learner.arms import learn_arms
+from policies.learner.observation import observations
+from policies.policyfile.words import ANY_LANG
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +29,7 @@ class ArmRow:
 
 def arm_rows(records: Iterable[RouteRecord]) -> list[ArmRow]:
     """One row per class and arm, classes by name, arms by requests (most first)."""
-    state = learn_arms(arm_observations(records))
+    state = learn_arms(observations(records))
     rows: list[ArmRow] = []
     for key, arms in sorted(state.stats.items()):
         cls, _, lang = key.partition("/")

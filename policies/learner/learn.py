@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from policies.learner.arms import learn_arms
 from policies.learner.learned import (
-    ANY_LANG,
     Belief,
     BinEstimate,
     CostFit,
@@ -32,6 +32,7 @@ from policies.learner.learned import (
 from policies.learner.observation import Observation
 from policies.learner.routemodel import gather
 from policies.policyfile.schema import Assume
+from policies.policyfile.words import ANY_LANG
 
 __all__ = ["N_BINS", "Observation", "fit_costs", "learn"]
 
@@ -198,7 +199,7 @@ def learn(
     requests that do not say)."""
     assume = assume or Assume()
     everything = list(observations)
-    usable = [o for o in everything if o.greedy(assume) and o.profile in ("mtp", "plain")]
+    usable = [o for o in everything if o.paced and o.greedy(assume)]
     cost = fit_costs(usable)
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
     for o in usable:
@@ -216,7 +217,9 @@ def learn(
         min_samples=min_samples,
         cost=cost,
         beliefs=beliefs,
-        evidence=gather((o for o in everything if o.profile in ("mtp", "plain")), assume),
+        evidence=gather(everything, assume),
+        arms=learn_arms(everything),
+        through=max((o.ts for o in everything), default=""),
     )
 
 

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+from policies.learner.arms import EMPTY_ARMS, ArmsState, arms_as_json, arms_from_json
 from policies.learner.routemodel import RouteEvidence
 
 # 2: the route model's evidence (policies.learner.routemodel); 3: every pace in log(ms per token), the
-# pace and the speedup learned jointly, startup probes counted
-LEARNED_VERSION: Final = 3
-ANY_LANG: Final = "*"
+# pace and the speedup learned jointly, startup probes counted; 4: the arms' sums in the same file
+LEARNED_VERSION: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,6 @@ class Belief:
         return f"{self.cls}/{self.lang}"
 
 
-
 @dataclass(frozen=True, slots=True)
 class LearnedState:
     created: str
@@ -89,6 +88,9 @@ class LearnedState:
     # What the decision's route model learned: sums over the log, combined with the policy's
     # machine prior when the decision is made (policies.learner.routemodel).
     evidence: RouteEvidence = field(default_factory=RouteEvidence)
+    # What the routes' arms took, per class, as sums (policies.learner.arms).
+    arms: ArmsState = EMPTY_ARMS
+    through: str = ""  # timestamp of the newest record any accumulator took in
 
 
 EMPTY_STATE: Final = LearnedState("", 0, 0, 30, None, {})
@@ -123,8 +125,9 @@ def normal_cdf(z: float) -> float:
 
 def to_json(state: LearnedState) -> str:
     """Strict JSON (an infinite standard error is written as null, read back as infinite)."""
-    data = asdict(replace(state, evidence=RouteEvidence()))
+    data = asdict(replace(state, evidence=RouteEvidence(), arms=EMPTY_ARMS))
     data["evidence"] = state.evidence.as_json()
+    data["arms"] = arms_as_json(state.arms)
     return json.dumps(_strict(data), indent=1, sort_keys=True, allow_nan=False)
 
 
@@ -173,6 +176,8 @@ def _state_from(data: Mapping[str, Any]) -> LearnedState:
         cost=CostFit(**cost) if cost is not None else None,
         beliefs=beliefs,
         evidence=RouteEvidence.from_json(data["evidence"]),
+        arms=arms_from_json(data["arms"]),
+        through=str(data["through"]),
     )
 
 

@@ -14,6 +14,7 @@ from decisionlog.records import RouteRecord
 from policies.learner.speedup import inputs as speedup_inputs
 from policies.policyfile.rewrite import logged_features_as_sent
 from policies.policyfile.schema import Assume
+from policies.policyfile.words import PROFILES
 
 # The decision reason of a startup probe's record (router/pace_probe): the proxy timed a short
 # greedy generation on the instance before any client request.
@@ -22,14 +23,16 @@ PROBE_REASON: Final = "probe"
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One served request, as the learner needs it (built from a decision-log record)."""
+    """One served request, as every accumulator of the learner needs it (built from a
+    decision-log record): the route model and the per-class tables read the paced ones, the
+    arms' sums those with a measured total time."""
 
     cls: str
     lang: str
     p_spec: float
-    profile: str  # the profile of the instance that served it: "mtp" | "plain"
+    profile: str  # the profile of the instance that served it: "mtp" | "plain" (else unpaced)
     completion_tokens: int
-    decode_tps: float  # decode tokens/s; the backend's own figure when it reports one
+    decode_tps: float  # decode tokens/s, the backend's own figure when it reports one (0: none)
     draft_n: int | None = None  # verified cycles (depth 1: one drafted token per cycle)
     draft_accepted: int | None = None
     prompt_tokens: int = 0
@@ -42,6 +45,31 @@ class Observation:
     backend: str = ""
     ts: str = ""
     probe: bool = False  # the proxy's own startup probe of the instance's pace
+    arm: str = ""  # the route's arm that served it (pool plus rewrite label), else the profile
+    total_ms: float | None = None  # the whole request as the proxy measured it
+    measured_tps: float | None = None  # the decode rate the proxy measured from the stream
+    disconnected: bool = False  # the client left before the answer ended
+
+    @property
+    def paced(self) -> bool:
+        """Whether it measures a pace: served by an mtp or plain instance, two tokens or more
+        at a known decode rate (what the route model and the per-class tables learn from)."""
+        return (self.profile in PROFILES and self.completion_tokens >= 2
+                and self.decode_tps > 0 and math.isfinite(self.decode_tps))
+
+    @property
+    def timed(self) -> bool:
+        """Whether it times its arm: an answer the client got whole, in a measured time."""
+        total = self.total_ms
+        return (not self.disconnected and bool(self.arm) and total is not None and total > 0
+                and math.isfinite(total))
+
+    @property
+    def arm_tps(self) -> float | None:
+        """The decode rate the arms compare: the proxy's own measure (the same for every
+        engine), else the backend's."""
+        rate = self.measured_tps or self.decode_tps
+        return rate if rate > 0 and math.isfinite(rate) else None
 
     def greedy(self, assume: Assume) -> bool:
         """Whether the request decoded greedily without thinking (where speculation can pay),
@@ -60,18 +88,15 @@ class Observation:
 
 
 def observation_from_record(record: RouteRecord) -> Observation | None:
-    """An observation from one decision-log record, or None when the request taught nothing
-    (failed, no tokens, no decode rate). Fields are as the reader parsed them from a JSON line,
-    so a value of the wrong type also gives None."""
+    """The one extractor: an observation from one decision-log record, or None when the request
+    taught nothing (failed, no class, no token). Fields are as the reader parsed them from a
+    JSON line, so a value of the wrong type also gives None."""
     outcome, classifier = record.outcome, record.classifier
     try:
         features = logged_features_as_sent(record.features, record.rewrite)
         profile = str(outcome.profile or record.decision.get("profile") or "")
         tokens = int(outcome.completion_tokens or 0)
-        tps = float(outcome.backend_tps or outcome.decode_tps or 0.0)
-        if outcome.status != 200 or profile not in ("mtp", "plain"):
-            return None
-        if tokens < 2 or not tps > 0 or not math.isfinite(tps) or not classifier.get("class"):
+        if outcome.status != 200 or tokens < 1 or not classifier.get("class"):
             return None
         return Observation(
             cls=str(classifier["class"]),
@@ -79,7 +104,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             p_spec=min(1.0, max(0.0, float(classifier.get("p_spec", 0.5)))),
             profile=profile,
             completion_tokens=tokens,
-            decode_tps=tps,
+            decode_tps=float(outcome.backend_tps or outcome.decode_tps or 0.0),
             draft_n=_int_or_none(outcome.draft_n),
             draft_accepted=_int_or_none(outcome.draft_accepted),
             prompt_tokens=int(outcome.prompt_tokens or 0),
@@ -92,6 +117,10 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             backend=str(outcome.backend or record.decision.get("backend") or ""),
             ts=str(record.ts or ""),
             probe=record.decision.get("reason") == PROBE_REASON,
+            arm=str(record.decision.get("arm") or profile),
+            total_ms=_float_or_none(outcome.total_ms),
+            measured_tps=_float_or_none(outcome.decode_tps),
+            disconnected=bool(outcome.client_disconnected),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -114,6 +114,8 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
     evidence = RouteEvidence()
     rows: list[tuple[Vector, float]] = []
     for o in observations:
+        if not o.paced:
+            continue
         if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
             rows.append((np.array(o.inputs, dtype=np.float64), math.log(o.ms_per_token)))
             evidence = replace(evidence, **_others(evidence, o))
@@ -124,6 +126,8 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
 
 def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     """The evidence with one more observation (what the proxy does as records arrive)."""
+    if not o.paced:
+        return evidence
     if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
         x = np.array(o.inputs, dtype=np.float64)
         evidence = replace(evidence, greedy=evidence.greedy.plus(x, math.log(o.ms_per_token)))

@@ -27,9 +27,8 @@ from policies.policyfile.rewrite import (
     Rewrite,
     missing_fields,
 )
+from policies.policyfile.words import ROUTE_WORDS
 
-BUILTIN_POOLS: Final = ("mtp", "plain")
-ROUTE_WORDS: Final = ("mtp", "plain", "auto")  # what a route may name besides a named pool
 POOL_NAME: Final = r"^[A-Za-z0-9_.-]+$"
 CONTEXT_KEY: Final = "pools"
 

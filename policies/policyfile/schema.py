@@ -11,10 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from classifiers.scores import CLASSES
-from policies.policyfile.pools import ROUTE_WORDS, PoolRoute
-
-Profile = Literal["mtp", "plain"]
-Route = Literal["mtp", "plain", "auto"]
+from policies.policyfile.pools import PoolRoute
+from policies.policyfile.words import ROUTE_WORDS, Profile, Route
 
 
 def _route_kind(value: Any) -> str:

@@ -35,7 +35,7 @@ from decisionlog.summary import (
     timeline,
     total,
 )
-from policies.learner.arm_rows import arm_rows
+from policies import arm_rows
 from router.addons.addon import Addon
 from router.admin import guard_admin, is_loopback
 from router.online import model_status

@@ -28,8 +28,7 @@ import openai
 from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
-from policies.explain import describe_model
-from policies.store import DEFAULT_POLICY
+from policies import DEFAULT_POLICY, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
 from router.learning import learn_now

@@ -16,7 +16,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.learner.learned import predicted_speedup
+from policies import predicted_speedup
 
 
 class StepCosts(BaseModel):

@@ -19,7 +19,7 @@ from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats, RouteRecord
 from decisionlog.summary import GroupSummary, by_class, by_class_lang, summarize, total
 from fileio.yamlfile import ConfigError, load_model
-from policies.learner.arm_rows import ArmRow, arm_rows, has_extra_arms
+from policies import ArmRow, arm_rows, has_extra_arms
 from router.ops.projection import (
     Projection,
     ProjectionError,

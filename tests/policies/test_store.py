@@ -9,6 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from fileio.yamlfile import ConfigError
+from policies.learner.arms import EMPTY_ARMS
 from policies.learner.learn import learn
 from policies.learner.learned import EMPTY_STATE, LearnedStateError, from_json, to_json
 from policies.store import PolicyStore, learned_path_for, write_learned
@@ -43,8 +44,8 @@ def test_learned_state_round_trips_through_json() -> None:
         ("[]", "JSON object"),
         ('{"version": 1}', "version 1"),
         ('{"version": 2, "created": ""}',
-         ("version 2, expected 3: it is derived from the decision log, so relearn it")),
-        ('{"version": 3, "created": ""}', "malformed"),
+         ("version 2, expected 4: it is derived from the decision log, so relearn it")),
+        ('{"version": 4, "created": ""}', "malformed"),
         ("not json", "malformed"),
     ],
 )
@@ -152,3 +153,14 @@ def test_learned_state_json_is_strict_even_with_unknown_bins() -> None:
     back = from_json(text)
     assert back == state
     assert any(b.se == float("inf") for belief in back.beliefs.values() for b in belief.bins)
+
+
+def test_an_arms_file_from_before_one_store_is_named_and_not_read(policy_file: Path) -> None:
+    old = policy_file.with_name(policy_file.stem + ".arms.json")
+    old.write_text('{"n_observations": 3, "stats": {}}', encoding="utf-8")
+    with capture_logs() as logs:
+        store = PolicyStore(policy_file)
+    warned = [e for e in logs if e["event"] == "arms_file_superseded"]
+    assert warned and warned[0]["file"] == str(old)
+    assert "relearned from the decision log" in warned[0]["detail"]
+    assert store.learned.arms == EMPTY_ARMS

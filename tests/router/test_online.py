@@ -11,9 +11,8 @@ import numpy as np
 
 from backends.local.simulator import SimState
 from decisionlog.records import Outcome, RouteRecord
-from policies.learner.learned import EMPTY_STATE
+from policies.learner.learn import learn
 from policies.learner.observation import observation_from_record, request_inputs
-from policies.learner.routemodel import gather
 from policies.learner.speedup import Vector
 from policies.store import PolicyStore, learned_path_for, write_learned
 from router.config import DEFAULT_POLICY
@@ -53,7 +52,7 @@ def _record(i: int, profile: str, tps: float) -> RouteRecord:
         classifier={"class": "code", "lang": "en", "scores": {"code": 1.0}, "p_spec": 0.7},
         decision={"profile": profile, "backend": f"{profile}-0", "queue_ms": 0.0},
         outcome=Outcome(status=200, backend=f"{profile}-0", profile=profile,
-                        completion_tokens=64, backend_tps=tps),
+                        completion_tokens=64, backend_tps=tps, total_ms=64_000 / tps),
         overhead_ms=0.1,
     )
 
@@ -71,7 +70,7 @@ def test_records_since_the_learned_file_are_counted_once(tmp_path: Path) -> None
     assert slow.speedup < 0.9  # 10 tok/s on mtp against 14.7 on plain: the outcomes count
 
     learned = [observation_from_record(r) for r in records[:6]]
-    state = replace(EMPTY_STATE, evidence=gather([o for o in learned if o], store.policy.assume))
+    state = learn([o for o in learned if o], assume=store.policy.assume)
     write_learned(learned_path_for(policy), state)
     assert store.reload_if_changed(now=1.0)
     assert online.model.evidence.greedy.n == 5  # 3 from the file, 2 online: none twice
@@ -130,7 +129,7 @@ def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
     assert online.model  # built before the records arrive: they are observed as they come
     online.write_records(records)
     learned = [observation_from_record(r) for r in records[:4]]
-    state = replace(EMPTY_STATE, evidence=gather([o for o in learned if o], store.policy.assume))
+    state = learn([o for o in learned if o], assume=store.policy.assume)
     write_learned(learned_path_for(policy), state)
     assert store.reload_if_changed(now=1.0)
     after = OnlineModel(PolicyStore(policy))  # the new file from the start, then the rest
@@ -141,3 +140,16 @@ def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
     assert online.online_records == after.online_records == 6
     assert online.model.speedup(x) == after.model.speedup(x)
     assert online.model.evidence.greedy.n == after.model.evidence.greedy.n
+
+
+def test_the_arms_sums_online_equal_one_pass_over_the_same_records(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text(), encoding="utf-8")
+    online = OnlineModel(PolicyStore(policy))
+    records = [_record(i, "mtp" if i % 3 else "plain", 10.0 + i) for i in range(9)]
+    online.write_records(records[:4])
+    for record in records[4:]:
+        online.write_record(record)
+    observations = [o for o in map(observation_from_record, records) if o is not None]
+    assert online.arms == learn(observations).arms
+    assert online.arms.stats["code/*"]["mtp"].n == 6

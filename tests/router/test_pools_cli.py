@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.learner.arms import arms_from_json
+from policies.learner.learned import EMPTY_STATE, from_json
 from router.cli import main
 from router.config import ConfigError, load_config
 
@@ -125,7 +125,8 @@ def test_learn_writes_the_arms_next_to_the_learned_state(
     policy = tmp_path / "p.yaml"
     policy.write_text("routes:\n  chat: plain\n")
     assert main(["learn", str(log), "--policy", str(policy)]) == 0
-    state = arms_from_json((tmp_path / "p.arms.json").read_text())
+    state = from_json((tmp_path / "p.learned.json").read_text()).arms  # one file holds it all
+    assert not (tmp_path / "p.arms.json").exists()
     assert state.n_observations == 12
     assert state.stats["chat/en"][arm].n == 6 and state.stats["chat/en"]["plain"].n == 6
 
@@ -154,8 +155,11 @@ def test_the_readme_s_pool_examples_are_valid() -> None:
 
 
 def test_explain_shows_what_each_arm_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from policies.learner.arms import ArmObservation, learn_arms
-    from policies.learner.armstore import write_arms
+    from dataclasses import replace
+
+    from policies.learner.arms import learn_arms
+    from policies.learner.observation import Observation
+    from policies.store import write_learned
 
     arm = "nothink+model=deepseek-chat,thinking=off"
     chat = ("  chat:\n    pool: nothink\n    endpoints: [chat, messages, responses]\n"
@@ -164,14 +168,14 @@ def test_explain_shows_what_each_arm_measured(tmp_path: Path, capsys: pytest.Cap
             "      - {pool: nothink, rewrite: {model: deepseek-chat, thinking: false}}\n")
     assert chat in DS4_POLICY.read_text()
     config = _write(tmp_path, DS4_POLICY.read_text().replace(chat, arms))
-    observations = [ArmObservation("chat", "en", arm, 14.0 + i % 2, 2500.0 + i, 60)
-                    for i in range(40)]
-    observations += [ArmObservation("chat", "en", "plain", 15.0 + i % 2, 20000.0 + i, 600)
-                     for i in range(40)]
-    write_arms(tmp_path / "policies" / "ds4-gb10.arms.json", learn_arms(observations))
+    observations = [Observation("chat", "en", 0.3, "plain", 60, 14.0 + i % 2, arm=arm,
+                                total_ms=2500.0 + i) for i in range(40)]
+    observations += [Observation("chat", "en", 0.3, "plain", 600, 15.0 + i % 2, arm="plain",
+                                 total_ms=20000.0 + i) for i in range(40)]
+    learned = tmp_path / "policies" / "ds4-gb10.learned.json"
+    write_learned(learned, replace(EMPTY_STATE, arms=learn_arms(observations)))
     assert main(["policy", "check", "--config", str(config)]) == 0
-    assert main(["policy", "explain", "--config", str(config), "--learned",
-                 str(tmp_path / "none.learned.json")]) == 0
+    assert main(["policy", "explain", "--config", str(config), "--learned", str(learned)]) == 0
     out = capsys.readouterr().out
     assert "routes.chat (compared on time to the answer):" in out
     lines = out.splitlines()

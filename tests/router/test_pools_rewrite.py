@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.learning import learn_arms_now
-from router.state import ARMS, Deps
+from router.learning import learn_now
+from router.state import ONLINE, Deps
 from tests.router.conftest import ListSink, ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,10 +344,17 @@ async def test_a_route_s_arms_are_explored_within_the_route_and_learned(
     assert [r.decision["arm"] for r in stack.sink.records] == [arm, "plain"] * 3
     assert [r.decision["explored"] for r in stack.sink.records] == [True, False] * 3
     assert stack.mtp.received == []  # never outside the route's arms
-    learn_arms_now(stack.proxy.app)
-    stats = stack.proxy.app[ARMS].state.stats["chat/en"]
+    # learned online, record by record, before any learning run
+    stats = stack.proxy.app[ONLINE].arms.stats["chat/en"]
     assert (stats[arm].n, stats["plain"].n) == (3, 3)
-    assert (tmp_path / "ds4-gb10.arms.json").exists()
+    # the learning run's one pass writes them into the one learned state; nothing is counted
+    # twice once it is in force
+    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    assert state.arms.stats["chat/en"][arm].n == 3
+    reload_once(stack.proxy.app)
+    after = stack.proxy.app[ONLINE].arms.stats["chat/en"]
+    assert (after[arm].n, after["plain"].n) == (3, 3)
+    assert not (tmp_path / "ds4-gb10.arms.json").exists()
 
 
 def _as_logged(record: Any) -> dict[str, Any]:

@@ -9,8 +9,9 @@ import pytest
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.decide import BackendState, Decision, RequestContext, decide, failover_order
+from policies.decision.decide import BackendState, Decision, decide, failover_order
 from policies.decision.finish import THIN_BELOW, InFlight, normal_draw
+from policies.decision.pins import RequestContext
 from policies.decision.sessions import Held
 from policies.learner.observation import Observation, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather

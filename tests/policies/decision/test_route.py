@@ -9,8 +9,9 @@ import pytest
 
 from classifiers.scores import Scores
 from fileio.yamlfile import ConfigError, parse_model
-from policies.decision.decide import BackendState, RequestContext, decide
+from policies.decision.decide import BackendState, decide
 from policies.decision.finish import InFlight
+from policies.decision.pins import RequestContext
 from policies.decision.route import decide_route
 from policies.decision.sessions import Held
 from policies.learner.routemodel import RouteEvidence, RouteModel

@@ -9,19 +9,18 @@ from typing import Any
 import pytest
 
 from decisionlog.records import parse_lines
+from policies.decision.arms import choose_arm, metric_for
 from policies.decision.route import decide_route
 from policies.learner.arms import (
     EMPTY_ARMS,
     METRIC_DECODE,
     METRIC_TOTAL,
     ArmsState,
-    arm_observations,
+    arms_as_json,
     arms_from_json,
-    arms_to_json,
-    choose_arm,
     learn_arms,
-    metric_for,
 )
+from policies.learner.observation import observations
 from policies.policyfile.pools import Arm, pool_context
 from policies.policyfile.schema import Policy
 from tests.policies.decision.test_decide import FEATURES, GB10
@@ -51,7 +50,7 @@ def _state(rows: list[dict[str, Any]]) -> ArmsState:
     lines = (json.dumps({"schema_version": 1, "ts": "2026-11-30T00:00:00.000Z",
                          "request_id": "r", "endpoint": "chat", "features": {}, **r})
              for r in rows)
-    return learn_arms(arm_observations(parse_lines(lines)))
+    return learn_arms(observations(parse_lines(lines)))
 
 
 def _spread(arm: str, n: int, tps: float, total_ms: float, **kw: Any) -> list[dict[str, Any]]:
@@ -75,7 +74,9 @@ def test_records_become_arm_stats_per_class_and_language() -> None:
     assert pooled["nothink+model=deepseek-chat,thinking=off"].decode_tps == pytest.approx(15.0)
     assert pooled["plain"].total_ms == 20000.0
     assert state.stats["chat/zh"]["nothink+model=deepseek-chat,thinking=off"].n == 1
-    assert arms_from_json(arms_to_json(state)) == state
+    assert arms_from_json(json.loads(json.dumps(arms_as_json(state)))) == state
+    halves = _state(rows[:2]).merged(_state(rows[2:]))  # sums add: one pass or two, the same
+    assert halves == state
 
 
 def test_same_answers_compare_on_decode_rate_different_answers_on_time() -> None:

@@ -180,26 +180,32 @@ def test_observation_from_log_reads_a_record() -> None:
     assert obs is not None and obs.inputs is not None
     assert obs == Observation(
         "code", "en", 0.8, "mtp", 100, 15.0, 50, 45, 300, 100, 900.0, 0.0, None,
-        inputs=obs.inputs, ts="2026-11-30T00:00:00.000Z",
+        inputs=obs.inputs, ts="2026-11-30T00:00:00.000Z", arm="mtp", measured_tps=14.0,
     )
+    assert obs.paced and not obs.timed  # no total time logged: the arms learn nothing of it
     assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
 
 
 @pytest.mark.parametrize(
-    "outcome",
+    ("outcome", "observed"),
     [
-        {"status": 502},
-        {"completion_tokens": 0},
-        {"backend_tps": None, "decode_tps": None},
-        {"profile": "", "draft_n": None},
-        {"decode_tps": "fast", "backend_tps": None},
+        ({"status": 502}, False),
+        ({"completion_tokens": 0}, False),
+        ({"decode_tps": "fast", "backend_tps": None}, False),  # a wrong type: nothing read
+        ({"backend_tps": None, "decode_tps": None}, True),  # no rate: no pace
+        ({"profile": "", "draft_n": None}, True),  # no profile: no pace
+        ({"completion_tokens": 1}, True),  # one token: no decode to time
     ],
 )
-def test_observation_from_log_skips_what_teaches_nothing(outcome: dict[str, object]) -> None:
+def test_observation_from_log_skips_what_teaches_nothing(
+    outcome: dict[str, object], observed: bool
+) -> None:
     record = _record(**outcome)
     if outcome.get("profile") == "":
         record["decision"] = {}
-    assert observation_from_log(record) is None
+    obs = observation_from_log(record)
+    assert (obs is not None) is observed
+    assert obs is None or not obs.paced
 
 
 @pytest.mark.parametrize(
