@@ -58,6 +58,7 @@ from classifiers.model import load_artifact
 from classifiers.request_view import view_request
 from classifiers.scores import Scores
 from fileio.yamlfile import load_model
+from policies.decision.ask import Ask, State
 from policies.decision.decide import decide
 from policies.learner.learned import acceptance_for_speedup, predicted_speedup
 from policies.learner.observation import Observation, observation_from_record, request_inputs
@@ -252,7 +253,7 @@ class Specroute(Router):
     def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
         states = sim.pool.states(now_ms / 1000.0)
         z = self._normal.inv_cdf(min(max(self._rng.random(), 1e-9), 1 - 1e-9))
-        d = decide(self.policy, item.features, item.scores, states, model=self.model, z=z)
+        d = decide(Ask(item.features, item.scores), State(self.policy, self.model, states), z=z)
         self.explored += d.explored
         key = f"{item.request.cls}/{item.request.lang}"
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")

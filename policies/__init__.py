@@ -4,7 +4,8 @@ per-request decision (`decision`) and the learner (`learner`), behind this surfa
 
 from __future__ import annotations
 
-from policies.decision.decide import BackendState, Decision
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.decide import Decision
 from policies.decision.finish import queued_work
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
@@ -38,6 +39,7 @@ __all__ = [
     "Applied",
     "ArmRow",
     "ArmsState",
+    "Ask",
     "BackendState",
     "Decision",
     "Held",
@@ -53,6 +55,7 @@ __all__ = [
     "Routed",
     "SessionTable",
     "Snapshot",
+    "State",
     "apply_rewrite",
     "arm_rows",
     "class_inputs",

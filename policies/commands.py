@@ -21,7 +21,7 @@ from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from decisionlog.readers import read_records
 from fileio.yamlfile import ConfigError, load_model
-from policies.decision.decide import BackendState
+from policies.decision.ask import Ask, BackendState, State
 from policies.decision.pins import RequestContext
 from policies.decision.route import decide_route
 from policies.explain import describe_model, describe_policy, describe_request, describe_state
@@ -187,9 +187,8 @@ def _explain_request(
     scores = scorer(view, features)
     backends = _backends(facts)
     context = RequestContext(model=view.model)
-    routed = decide_route(
-        policy, features, scores, backends, context, model=model, endpoint=endpoint, arms=arms
-    )
+    routed = decide_route(Ask(features, scores, context, endpoint),
+                          State(policy, model, backends, arms))
     lines = describe_request(features, scores, routed.decision)
     engines = {name: engine for name, _, engine in facts.backends} if facts else {}
     return lines + describe_route(routed, body, endpoint, engines)

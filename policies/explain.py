@@ -188,8 +188,8 @@ def describe_request(
     thinking = "unset" if features.thinking_unset else ("on" if features.thinking else "off")
     lines = [
         (
-            f"Request: class {scores.top_class} (lang {scores.lang}), p_spec"
-            f" {scores.p_spec:.2f}; temperature {temperature}, thinking {thinking},"
+            f"Request: class {scores.top_class} (lang {scores.lang});"
+            f" temperature {temperature}, thinking {thinking},"
             f" ~{features.prompt_tokens} prompt tokens"
         ),
         (f"Decision: {decision.backend or '(none)'} ({decision.profile}) by {decision.rule}"
@@ -198,8 +198,9 @@ def describe_request(
     if decision.speedup is not None and decision.speedup_sd is not None:
         lo = decision.speedup * math.exp(-decision.speedup_sd)
         hi = decision.speedup * math.exp(decision.speedup_sd)
+        pays = "" if decision.p_spec is None else f", p_spec {decision.p_spec:.2f} that it pays"
         lines.append(f"  predicted mtp speedup {decision.speedup:.3f} (1-sd range {lo:.3f} to"
-                     f" {hi:.3f}); expected reply {decision.tokens:.0f} tokens")
+                     f" {hi:.3f}{pays}); expected reply {decision.tokens:.0f} tokens")
     for name, finish in sorted(decision.finish_ms.items(), key=lambda kv: kv[1]):
         lines.append(f"  predicted finish on {name}: {finish:.0f} ms")
     return lines

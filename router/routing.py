@@ -24,6 +24,7 @@ from policies import (
     EMPTY_ARMS,
     Applied,
     ArmsState,
+    Ask,
     BackendState,
     Decision,
     Held,
@@ -31,6 +32,7 @@ from policies import (
     RequestContext,
     Routed,
     RouteModel,
+    State,
     apply_rewrite,
     conversation_key,
     decide_route,
@@ -129,11 +131,9 @@ def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
     scored = score_safely(inputs.scorer, view, features)
     context = RequestContext(header_route=route or None, model=view.model)
     conversation = conversation_key(view, incoming.conversation_hint)
-    routed = decide_route(
-        inputs.policy, features, scored.scores, inputs.backends, context,
-        model=inputs.model, endpoint=incoming.endpoint, arms=inputs.arms, draw=inputs.draw,
-        held=inputs.held_for(conversation),
-    )
+    ask = Ask(features, scored.scores, context, incoming.endpoint,
+              held=inputs.held_for(conversation), draw=inputs.draw)
+    routed = decide_route(ask, State(inputs.policy, inputs.model, inputs.backends, inputs.arms))
     rewrite = None
     if routed.rewrite is not None:
         first = routed.decision.backend or (routed.order[0] if routed.order else "")

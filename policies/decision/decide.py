@@ -1,9 +1,9 @@
 """The routing decision: which backend instance serves one request.
 
-Pure: no I/O, no clock, no globals. Everything the decision depends on is an argument:
-the policy, the request's features and scores, the backends' health and in-flight work, the
-route model (a machine prior plus what the log taught), a standard normal draw for Thompson
-sampling, and where the conversation's prefix is held.
+Pure: no I/O, no clock, no globals. Everything the decision depends on is in its two
+arguments (`policies.decision.ask`): the request (`Ask`: features, scores, the client's hints,
+where the conversation's prefix is held, a random draw) and the state (`State`: the policy,
+the route model, the backends' health and in-flight work, the arms' sums).
 
 Rules are checked in a fixed order (header, model alias, API key, sampling, thinking,
 response_format, class route); the first that pins a profile wins and is named in
@@ -23,8 +23,9 @@ from typing import Final
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.finish import THIN_BELOW, Candidate, InFlight, Queued, queued_ms, soonest
-from policies.decision.pins import NO_CONTEXT, RequestContext, request_pin
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.finish import THIN_BELOW, Candidate, soonest
+from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import RouteModel
 from policies.learner.speedup import Prediction, inputs
@@ -32,26 +33,6 @@ from policies.policyfile.schema import Policy
 from policies.policyfile.words import Profile, Route
 
 AUTO_REASON: Final = "finish"  # an `auto` route: the soonest predicted finish decided
-
-
-@dataclass(frozen=True, slots=True)
-class BackendState:
-    """What the decision needs to know about one backend instance."""
-
-    name: str
-    profile: str
-    healthy: bool = True
-    inflight: int = 0
-    queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
-    pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
-    # `queue` as the rule uses it, when the caller summed it up already (the proxy's pool
-    # does, from its in-flight table); None: computed from `queue`
-    queued: Queued | None = None
-
-    def work(self) -> Queued:
-        if self.queued is not None:
-            return self.queued
-        return Queued(len(self.queue), queued_ms(self.queue))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +47,9 @@ class Decision:
     tokens: float = 0.0  # expected completion tokens
     speedup: float | None = None  # predicted speedup of an mtp instance for this request
     speedup_sd: float | None = None  # its uncertainty (sd of the log-speedup)
+    # the route model's probability that speculation pays for this request (speedup > 1): the
+    # one `p_spec` there is, a view of the prediction that decided
+    p_spec: float | None = None
     finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
 
     def as_dict(self) -> dict[str, object]:
@@ -80,56 +64,44 @@ class Decision:
             "tokens": round(self.tokens, 1),
             "speedup": None if self.speedup is None else round(self.speedup, 4),
             "speedup_sd": None if self.speedup_sd is None else round(self.speedup_sd, 4),
+            "p_spec": None if self.p_spec is None else round(self.p_spec, 4),
             "finish_ms": {k: round(v, 1) for k, v in self.finish_ms.items()},
         }
 
 
 def decide(
-    policy: Policy,
-    features: Features,
-    scores: Scores | None,
-    backends: Sequence[BackendState],
-    context: RequestContext = NO_CONTEXT,
-    *,
-    model: RouteModel,
-    held: Held | None = None,
-    z: float = 0.0,
-    route: tuple[Route, str] | None = None,
+    ask: Ask, state: State, *, z: float = 0.0, route: tuple[Route, str] | None = None
 ) -> Decision:
     """Pin a profile by the policy's rules (or not: `auto`), then the soonest predicted finish
     among the healthy instances allowed. `z`: a standard normal draw for Thompson sampling
     (0: the posterior median, no exploration). `route` (route, rule), when given, stands for
     the class route (`policies.decision.route` passes a pool route's built-in arm)."""
-    pin, reason, rule = route_rule(policy, features, scores, context, route=route)
-    return place(
-        policy, features, scores, backends, lambda b: pin is None or b.profile == pin,
-        reason, rule, model=model, held=held, z=z, unserved=pin or policy.fallback,
-    )
+    pin, reason, rule = route_rule(state.policy, ask, route=route)
+    return place(ask, state, lambda b: pin is None or b.profile == pin, (reason, rule), z=z,
+                 unserved=pin or state.policy.fallback)
 
 
 def place(
-    policy: Policy,
-    features: Features,
-    scores: Scores | None,
-    backends: Sequence[BackendState],
+    ask: Ask,
+    state: State,
     allowed: Callable[[BackendState], bool],
-    reason: str,
-    rule: str,
+    why: tuple[str, str],
     *,
-    model: RouteModel,
-    held: Held | None,
     z: float,
     unserved: str,
 ) -> Decision:
     """The healthy instance `allowed` that will finish the request soonest; when none allowed
-    is healthy, the soonest of all healthy ones (`+unhealthy_failover`). `unserved`: the
-    decision's profile when no instance is healthy."""
-    healthy = [b for b in backends if b.healthy]
+    is healthy, the soonest of all healthy ones (`+unhealthy_failover`). `why`: the (reason,
+    rule) that allowed them; `unserved`: the decision's profile when no instance is healthy."""
+    policy, model, features, scores = state.policy, state.model, ask.features, ask.scores
+    reason, rule = why
+    healthy = [b for b in state.backends if b.healthy]
     eligible = [b for b in healthy if allowed(b)]
     if not eligible and healthy:
         eligible, reason = healthy, f"{reason}+unhealthy_failover"
     speedup = predict_speedup(policy, features, scores, model)
     tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
+    held = ask.held
     sticky = held if held is not None and policy.stickiness.enabled else None
     candidates = [candidate(b, features, model, speedup, z, sticky) for b in eligible]
     choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
@@ -140,22 +112,18 @@ def place(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
         explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
         tokens=tokens, speedup=speedup.speedup, speedup_sd=speedup.sd,
-        finish_ms=dict(choice.finish_ms),
+        p_spec=speedup.pays, finish_ms=dict(choice.finish_ms),
     )
 
 
 def route_rule(
-    policy: Policy,
-    features: Features,
-    scores: Scores | None,
-    context: RequestContext = NO_CONTEXT,
-    *,
-    route: tuple[Route, str] | None = None,
+    policy: Policy, ask: Ask, *, route: tuple[Route, str] | None = None
 ) -> tuple[Profile | None, str, str]:
     """(pinned profile or None for `auto`, reason, rule) by the policy's rules in order.
     `route` (route, rule), when given, stands for the class route."""
+    features, scores = ask.features, ask.scores
     o = policy.overrides
-    pin = request_pin(policy, context)
+    pin = request_pin(policy, ask.context)
     if pin is not None:
         return _profile(pin.target), pin.reason, pin.rule
     if o.sampled is not None and _sampled(policy, features):

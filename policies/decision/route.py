@@ -25,18 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from classifiers.features import Features
-from classifiers.scores import Scores
 from policies.decision.arms import choose_arm
-from policies.decision.decide import BackendState, Decision, decide, failover_order, place
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.decide import Decision, decide, failover_order, place
 from policies.decision.finish import normal_draw
-from policies.decision.pins import RequestContext, request_pin
-from policies.decision.sessions import Held
-from policies.learner.arms import EMPTY_ARMS, ArmsState
-from policies.learner.routemodel import RouteModel
+from policies.decision.pins import request_pin
 from policies.policyfile.pools import PoolRoute
 from policies.policyfile.rewrite import Rewrite, rewritten_features
-from policies.policyfile.schema import Policy
 from policies.policyfile.words import Route
 
 
@@ -55,75 +50,47 @@ class Routed:
         return {**self.decision.as_dict(), "pool": self.pool, "arm": self.arm}
 
 
-def decide_route(
-    policy: Policy,
-    features: Features,
-    scores: Scores | None,
-    backends: Sequence[BackendState],
-    context: RequestContext | None = None,
-    *,
-    model: RouteModel,
-    endpoint: str = "chat",
-    arms: ArmsState = EMPTY_ARMS,
-    draw: float | None = None,
-    held: Held | None = None,
-) -> Routed:
-    """The arm and the instance for one request (see the module's docstring for the order).
-    `draw`: a uniform random number for the arm's exploration and the finish rule's Thompson
-    draw (None: neither explores)."""
-    context = context or RequestContext()
-    pin = request_pin(policy, context, {pool for b in backends for pool in b.pools})
+def decide_route(ask: Ask, state: State) -> Routed:
+    """The one entry point: the arm and the instance for one request (the order is in the
+    module's docstring): the client's pin, the class route, the arm, the soonest finish."""
+    policy, scores, backends = state.policy, ask.scores, state.backends
+    pin = request_pin(policy, ask.context, state.pools)
     if pin is not None and pin.pool:
-        decision = place_in_pool(policy, pin.target, features, scores, backends, pin.reason,
-                                 pin.rule, model=model, held=held, z=normal_draw(draw))
+        decision = place_in_pool(ask, state, pin.target, (pin.reason, pin.rule),
+                                 z=normal_draw(ask.draw))
         return Routed(decision, pin.target, pin.target, None,
                       pool_order(pin.target, decision, backends))
     route, rule = (None, "")
     if scores is not None and pin is None:
-        route, rule = policy.class_route(scores.top_class, scores.lang, endpoint)
+        route, rule = policy.class_route(scores.top_class, scores.lang, ask.endpoint)
     if not isinstance(route, PoolRoute):
-        decision = decide(policy, features, scores, backends, context, model=model,
-                          z=normal_draw(draw), held=held,
+        decision = decide(ask, state, z=normal_draw(ask.draw),
                           route=(route, rule) if route is not None else None)
         return _unrewritten(decision, backends)
     assert scores is not None  # a class route needs the scores
     choice = choose_arm(
-        route.choices, arms, scores.top_class, scores.lang,
-        min_samples=policy.exploration.min_samples, rate=policy.exploration.arms_rate, draw=draw,
+        route.choices, state.arms, scores.top_class, scores.lang,
+        min_samples=policy.exploration.min_samples, rate=policy.exploration.arms_rate,
+        draw=ask.draw,
     )
     arm, z = choice.arm, normal_draw(choice.draw_left)
-    sent = rewritten_features(features, arm.rewrite)
+    sent = ask.sending(rewritten_features(ask.features, arm.rewrite))
     if arm.builtin:
-        decision = decide(policy, sent, scores, backends, context, model=model, z=z, held=held,
-                          route=(_route_word(arm.pool), rule))
+        decision = decide(sent, state, z=z, route=(_route_word(arm.pool), rule))
         decision = replace(decision, explored=decision.explored or choice.explored)
         return Routed(decision, decision.profile, arm.key, arm.rewrite,
                       tuple(failover_order(decision, backends)))
     reason = "arm" if len(route.choices) > 1 else "pool"
-    decision = place_in_pool(policy, arm.pool, sent, scores, backends, reason, rule,
-                             model=model, held=held, z=z)
+    decision = place_in_pool(sent, state, arm.pool, (reason, rule), z=z)
     decision = replace(decision, explored=decision.explored or choice.explored)
     return Routed(decision, arm.pool, arm.key, arm.rewrite, pool_order(arm.pool, decision, backends))
 
 
-def place_in_pool(
-    policy: Policy,
-    pool: str,
-    features: Features,
-    scores: Scores | None,
-    backends: Sequence[BackendState],
-    reason: str,
-    rule: str,
-    *,
-    model: RouteModel,
-    held: Held | None,
-    z: float,
-) -> Decision:
+def place_in_pool(ask: Ask, state: State, pool: str, why: tuple[str, str], *, z: float) -> Decision:
     """The healthy member of a named pool that will finish the request soonest (the queue on
     it, the prefix it holds for this conversation, its pace for this request); with no member
     healthy, the soonest of every healthy instance."""
-    return place(policy, features, scores, backends, lambda b: pool in b.pools, reason, rule,
-                 model=model, held=held, z=z, unserved=pool)
+    return place(ask, state, lambda b: pool in b.pools, why, z=z, unserved=pool)
 
 
 def pool_order(pool: str, decision: Decision, backends: Sequence[BackendState]) -> tuple[str, ...]:

@@ -101,7 +101,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
         return Observation(
             cls=str(classifier["class"]),
             lang=str(classifier.get("lang") or "en"),
-            p_spec=min(1.0, max(0.0, float(classifier.get("p_spec", 0.5)))),
+            p_spec=_p_spec(record),
             profile=profile,
             completion_tokens=tokens,
             decode_tps=float(outcome.backend_tps or outcome.decode_tps or 0.0),
@@ -138,6 +138,15 @@ def observations(records: Iterable[RouteRecord]) -> Iterator[Observation]:
         observation = observation_from_record(record)
         if observation is not None:
             yield observation
+
+
+def _p_spec(record: RouteRecord) -> float:
+    """The decision's p_spec (the route model's probability that speculation paid); records
+    written before it was the decision's carry the classifier's."""
+    value = record.decision.get("p_spec")
+    if value is None:
+        value = record.classifier.get("p_spec", 0.5)
+    return min(1.0, max(0.0, float(value if value is not None else 0.5)))
 
 
 def _thinking(features: Mapping[str, Any]) -> bool | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Final
 
 import numpy as np
@@ -45,6 +46,7 @@ INPUTS: Final = (
     "log_prompt",  # log(1 + prompt tokens) / 10
     "turns",  # messages, capped at 20, scaled to [0, 1]
 )
+_STANDARD_NORMAL: Final = NormalDist()  # immutable
 # Prior spread of a weight that is not a class's or the machine-wide shift's.
 FEATURE_SD: Final = 0.05
 
@@ -165,6 +167,13 @@ class Prediction:
     @property
     def speedup(self) -> float:
         return math.exp(self.mean)
+
+    @property
+    def pays(self) -> float:
+        """The probability that the speedup exceeds 1 (that speculation pays)."""
+        if self.sd <= 0:
+            return 1.0 if self.mean > 0 else 0.0
+        return _STANDARD_NORMAL.cdf(self.mean / self.sd)
 
 
 # The joint model's parameters: the plain pace (log ms per token on a plain instance), the

@@ -96,7 +96,7 @@ def _recent_row(record: RouteRecord) -> dict[str, Any]:
         "tokens": record.outcome.completion_tokens,
         "tps": record_tps(record),
         "acceptance": record.acceptance,
-        "p_spec": record.classifier.get("p_spec"),
+        "p_spec": record.decision.get("p_spec", record.classifier.get("p_spec")),
     }
 
 

@@ -177,6 +177,7 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
                          "features", "classifier", "decision", "outcome", "overhead_ms"}
     assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored",
                                      "service_ms", "queue_ms", "tokens", "speedup", "speedup_sd",
+                                     "p_spec",
                                      "finish_ms", "pool", "arm"}
     assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}
     assert "rewrite" not in data  # no rewrite: the request went upstream as sent

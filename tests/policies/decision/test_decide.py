@@ -9,7 +9,8 @@ import pytest
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.decide import BackendState, Decision, decide, failover_order
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.decide import Decision, decide, failover_order
 from policies.decision.finish import THIN_BELOW, InFlight, normal_draw
 from policies.decision.pins import RequestContext
 from policies.decision.sessions import Held
@@ -59,7 +60,7 @@ def _busy(name: str, profile: str, remaining_ms: float) -> BackendState:
 def test_rules_pin_a_profile_before_the_finish_rule(
     policy: Policy, features: Features, context: RequestContext, profile: str, reason: str
 ) -> None:
-    d = decide(policy, features, _scores("agent"), IDLE, context, model=GB10)
+    d = decide(Ask(features, _scores("agent"), context), State(policy, GB10, IDLE))
     assert (d.profile, d.reason) == (profile, reason)
     assert d.backend == f"{profile}-0"
 
@@ -78,7 +79,7 @@ def test_rules_pin_a_profile_before_the_finish_rule(
 def test_a_cold_start_follows_the_machine_prior_not_a_coin(
     model: RouteModel, cls: str, lang: str, backend: str
 ) -> None:
-    d = decide(POLICY, FEATURES, _scores(cls, lang), IDLE, model=model)
+    d = decide(Ask(FEATURES, _scores(cls, lang)), State(POLICY, model, IDLE))
     assert d.backend == backend and not d.explored
     assert d.speedup == pytest.approx(model.prior.class_speedup[cls], rel=1e-6)
     assert d.finish_ms[backend] == min(d.finish_ms.values())
@@ -86,10 +87,10 @@ def test_a_cold_start_follows_the_machine_prior_not_a_coin(
 
 def test_a_request_never_waits_on_a_busy_instance_while_a_slower_idle_one_is_sooner() -> None:
     busy_plain = (BackendState("mtp-0", "mtp"), _busy("plain-0", "plain", 2000.0))
-    d = decide(POLICY, FEATURES, _scores("prose"), busy_plain, model=GB10)
+    d = decide(Ask(FEATURES, _scores("prose")), State(POLICY, GB10, busy_plain))
     assert d.backend == "mtp-0"  # 3.6% slower, but 2 s sooner
     busy_mtp = (_busy("mtp-0", "mtp", 2000.0), BackendState("plain-0", "plain"))
-    d = decide(POLICY, FEATURES, _scores("agent"), busy_mtp, model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, busy_mtp))
     assert d.backend == "plain-0"
 
 
@@ -97,17 +98,17 @@ def test_an_instance_about_to_free_up_wins_when_its_pace_makes_up_the_wait() -> 
     # 64 tokens of agent work: mtp saves ~64 * 68 * (1 - 1/1.094) ~ 370 ms over plain; both
     # instances hold one request, so the same number is expected to queue behind this one
     backends = (_busy("mtp-0", "mtp", 300.0), _busy("plain-0", "plain", 10.0))
-    d = decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, backends))
     assert d.backend == "mtp-0" and d.queue_ms == pytest.approx(300.0)
     backends = (_busy("mtp-0", "mtp", 1000.0), _busy("plain-0", "plain", 10.0))
-    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "plain-0"
+    assert decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, backends)).backend == "plain-0"
 
 
 def test_a_busy_instance_counts_the_requests_expected_to_wait_behind_this_one() -> None:
     # mtp would finish this request ~320 ms sooner, but one request is expected to queue behind
     # it there (as many as it finds), and that one would wait its whole service
     backends = (_busy("mtp-0", "mtp", 50.0), BackendState("plain-0", "plain"))
-    d = decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, backends))
     assert d.finish_ms["mtp-0"] < d.finish_ms["plain-0"] - 300.0
     assert d.backend == "plain-0"
 
@@ -115,21 +116,19 @@ def test_a_busy_instance_counts_the_requests_expected_to_wait_behind_this_one() 
 def test_pools_of_any_size() -> None:
     backends = (_busy("mtp-0", "mtp", 3000.0), BackendState("mtp-1", "mtp"),
                 _busy("plain-0", "plain", 3000.0), _busy("plain-1", "plain", 10.0))
-    assert decide(POLICY, FEATURES, _scores("agent"), backends, model=GB10).backend == "mtp-1"
-    pinned = decide(POLICY, FEATURES, _scores("agent"), backends,
-                    RequestContext(header_route="plain"), model=GB10)
+    assert decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, backends)).backend == "mtp-1"
+    pinned = decide(Ask(FEATURES, _scores("agent"), RequestContext(header_route="plain")), State(POLICY, GB10, backends))
     assert pinned.backend == "plain-1"
 
 
 def test_the_cached_prefix_counts_against_moving_a_conversation() -> None:
     long_prompt = replace(FEATURES, prompt_tokens=20_000)
     held = Held("plain-0", "plain", turns=3, prompt_tokens=19_900, last_seen=0.0)
-    d = decide(POLICY, long_prompt, _scores("agent"), IDLE, model=GB10, held=held)
+    d = decide(Ask(long_prompt, _scores("agent"), held=held), State(POLICY, GB10, IDLE))
     assert d.backend == "plain-0"  # re-prefilling 20k tokens elsewhere costs more than +9.4%
     unsticky = POLICY.model_copy(update={"stickiness": POLICY.stickiness.model_copy(
         update={"enabled": False})})
-    assert decide(unsticky, long_prompt, _scores("agent"), IDLE, model=GB10,
-                  held=held).backend == "mtp-0"
+    assert decide(Ask(long_prompt, _scores("agent"), held=held), State(unsticky, GB10, IDLE)).backend == "mtp-0"
 
 
 def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
@@ -139,22 +138,22 @@ def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
            if o.cls in ("technical", "agent")]
     gb10 = RouteModel(GB10_DS4, gather(log, POLICY.assume))
     assert min(gb10.measured("plain"), gb10.measured("mtp")) >= THIN_BELOW
-    low = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=gb10, z=-3.0)
-    median = decide(POLICY, FEATURES, _scores("technical"), IDLE, model=gb10, z=0.0)
+    low = decide(Ask(FEATURES, _scores("technical")), State(POLICY, gb10, IDLE), z=-3.0)
+    median = decide(Ask(FEATURES, _scores("technical")), State(POLICY, gb10, IDLE), z=0.0)
     assert median.backend == "mtp-0" and not median.explored
     generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
-    explored = decide(generous, FEATURES, _scores("technical"), IDLE, model=gb10, z=-3.0)
+    explored = decide(Ask(FEATURES, _scores("technical")), State(generous, gb10, IDLE), z=-3.0)
     assert explored.backend == "plain-0" and explored.explored
     assert low.backend == "mtp-0" and not low.explored  # 4.4% regret > the 2% bound
     off = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.0)})
-    assert not decide(off, FEATURES, _scores("technical"), IDLE, model=GB10, z=-3.0).explored
+    assert not decide(Ask(FEATURES, _scores("technical")), State(off, GB10, IDLE), z=-3.0).explored
 
 
 def test_what_the_log_teaches_overrules_the_prior() -> None:
     # A CPU pair's outcomes under the GB10 prior: agent turns on mtp are far slower.
     cpu_log = list(synthetic.observations(synthetic.CPU_PAIR, 60, seed=2))
     model = RouteModel(GB10_DS4, gather(cpu_log, POLICY.assume))
-    d = decide(POLICY, FEATURES, _scores("agent"), IDLE, model=model)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, model, IDLE))
     assert d.backend == "plain-0" and d.speedup is not None and d.speedup < 0.8
 
 
@@ -162,23 +161,22 @@ def test_sampled_requests_go_where_they_finish_soonest_when_not_pinned() -> None
     free = POLICY.model_copy(update={"overrides": Overrides(sampled=None, thinking=None)})
     sampled = replace(FEATURES, temperature=0.8, greedy=False)
     backends = (BackendState("mtp-0", "mtp"), _busy("plain-0", "plain", 500.0))
-    d = decide(free, sampled, _scores("agent"), backends, model=GB10)
+    d = decide(Ask(sampled, _scores("agent")), State(free, GB10, backends))
     assert (d.backend, d.reason) == ("mtp-0", "finish")
     assert d.speedup == pytest.approx(GB10_DS4.sampled_speedup)
 
 
 def test_no_healthy_instance_of_the_pinned_profile_fails_over() -> None:
     backends = (BackendState("mtp-0", "mtp", healthy=False), BackendState("plain-0", "plain"))
-    d = decide(POLICY, FEATURES, _scores("agent"), backends, RequestContext(header_route="mtp"),
-               model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent"), RequestContext(header_route="mtp")), State(POLICY, GB10, backends))
     assert (d.backend, d.reason) == ("plain-0", "header+unhealthy_failover")
     none = tuple(replace(b, healthy=False) for b in IDLE)
-    d = decide(POLICY, FEATURES, _scores("agent"), none, model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, none))
     assert (d.backend, d.reason) == ("", "no_healthy_backend")
 
 
 def test_the_record_carries_the_prediction() -> None:
-    d = decide(POLICY, FEATURES, _scores("agent"), IDLE, model=GB10)
+    d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, IDLE))
     record = d.as_dict()
     assert record["backend"] == "mtp-0" and record["queue_ms"] == 0.0
     assert record["tokens"] == 64.0  # max_tokens caps the expected reply
@@ -217,7 +215,7 @@ def _paced(profile: str, ms_per_token: float, i: int) -> Observation:
 
 def _share_to(model: RouteModel, name: str, n: int = 200) -> float:
     draws = [normal_draw((i + 0.5) / n) for i in range(n)]
-    chosen = [decide(POLICY, FEATURES, _scores("chat"), IDLE, model=model, z=z).backend
+    chosen = [decide(Ask(FEATURES, _scores("chat")), State(POLICY, model, IDLE), z=z).backend
               for z in draws]
     return chosen.count(name) / n
 
@@ -227,7 +225,7 @@ def test_an_instance_judged_from_the_prior_alone_gets_measured() -> None:
     # says mtp is faster), but the draw is wide and, the plain instance being thin, followed
     mtp_only = [_paced("mtp", 17.8, i) for i in range(60)]
     thin = RouteModel(NEUTRAL, gather(mtp_only, POLICY.assume))
-    assert decide(POLICY, FEATURES, _scores("chat"), IDLE, model=thin).backend == "mtp-0"
+    assert decide(Ask(FEATURES, _scores("chat")), State(POLICY, thin, IDLE)).backend == "mtp-0"
     assert _share_to(thin, "plain-0") > 0.1
     # measured: plain is 2.6x faster, and a clear winner is not explored away from
     measured = RouteModel(NEUTRAL, gather(

@@ -9,7 +9,8 @@ import pytest
 
 from classifiers.scores import Scores
 from fileio.yamlfile import ConfigError, parse_model
-from policies.decision.decide import BackendState, decide
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.decide import decide
 from policies.decision.finish import InFlight
 from policies.decision.pins import RequestContext
 from policies.decision.route import decide_route
@@ -84,8 +85,7 @@ def test_a_route_word_stays_a_string_and_a_name_is_a_pool_route() -> None:
 
 
 def test_a_named_pool_takes_its_soonest_member_and_the_rewrite() -> None:
-    routed = decide_route(_policy({"chat": NOTHINK}), FEATURES, _scores("chat"), BACKENDS,
-                          model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("chat")), State(_policy({"chat": NOTHINK}), GB10, BACKENDS))
     assert (routed.pool, routed.decision.backend, routed.decision.profile) == (
         "nothink", "plain-0", "plain")
     assert routed.rewrite == Rewrite(model="deepseek-chat", thinking=False)
@@ -104,11 +104,11 @@ def test_a_named_pool_of_both_profiles_is_placed_by_the_predicted_finish() -> No
             BackendState("plain-0", "plain", pools=frozenset({"pair"})),
             BackendState("plain-9", "plain"))
     policy = Policy.model_validate({"routes": {"agent": "pair"}}, context=pool_context(["pair"]))
-    on_gb10 = decide_route(policy, FEATURES, _scores("agent"), both, model=GB10)
+    on_gb10 = decide_route(Ask(FEATURES, _scores("agent")), State(policy, GB10, both))
     assert (on_gb10.pool, on_gb10.decision.backend, on_gb10.decision.reason) == (
         "pair", "mtp-0", "pool")
     cpu = RouteModel(LOCAL_PAIR, RouteEvidence())
-    on_cpu = decide_route(policy, FEATURES, _scores("agent"), both, model=cpu)
+    on_cpu = decide_route(Ask(FEATURES, _scores("agent")), State(policy, cpu, both))
     assert (on_cpu.pool, on_cpu.decision.backend) == ("pair", "plain-0")
     assert set(on_cpu.decision.finish_ms) == {"mtp-0", "plain-0"}  # plain-9 is not a member
 
@@ -121,41 +121,38 @@ def test_a_named_pool_of_both_profiles_is_placed_by_the_predicted_finish() -> No
 def test_pins_on_the_request_win_and_are_never_rewritten(context: RequestContext) -> None:
     policy = _policy({"chat": NOTHINK}, overrides={
         "models": {"deepseek-reasoner": "plain"}, "api_keys": {"batch": "mtp"}})
-    routed = decide_route(policy, FEATURES, _scores("chat"), BACKENDS, context, model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("chat"), context), State(policy, GB10, BACKENDS))
     assert routed.rewrite is None and routed.pool in ("mtp", "plain")
-    assert routed.decision == decide(policy, FEATURES, _scores("chat"), BACKENDS, context,
-                                     model=GB10)
+    assert routed.decision == decide(Ask(FEATURES, _scores("chat"), context), State(policy, GB10, BACKENDS))
     assert routed.decision.reason in ("header", "model", "api_key")
 
 
 def test_a_header_naming_a_pool_sends_the_request_there_unchanged() -> None:
-    routed = decide_route(_policy({"chat": "plain"}), FEATURES, _scores("code"), BACKENDS,
-                          RequestContext(header_route="nothink"), model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("code"), RequestContext(header_route="nothink")), State(_policy({"chat": "plain"}), GB10, BACKENDS))
     assert (routed.pool, routed.decision.backend, routed.decision.reason) == (
         "nothink", "plain-0", "header")
     assert routed.rewrite is None and set(routed.decision.finish_ms) == {"plain-0", "plain-1"}
 
 
 def test_header_auto_lets_the_pool_route_decide() -> None:
-    routed = decide_route(_policy({"chat": NOTHINK}), FEATURES, _scores("chat"), BACKENDS,
-                          RequestContext(header_route="auto"), model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("chat"), RequestContext(header_route="auto")), State(_policy({"chat": NOTHINK}), GB10, BACKENDS))
     assert routed.pool == "nothink"
 
 
 def test_built_in_routes_are_decided_as_before() -> None:
     policy = _policy({"code": "mtp", "chat": "plain"})
     for cls in ("code", "chat", "prose"):
-        routed = decide_route(policy, FEATURES, _scores(cls), BACKENDS, model=GB10)
-        assert routed.decision == decide(policy, FEATURES, _scores(cls), BACKENDS, model=GB10)
+        routed = decide_route(Ask(FEATURES, _scores(cls)), State(policy, GB10, BACKENDS))
+        assert routed.decision == decide(Ask(FEATURES, _scores(cls)), State(policy, GB10, BACKENDS))
         assert routed.rewrite is None and routed.arm == routed.decision.profile
     auto = _policy({"agent": "auto"})
-    routed = decide_route(auto, FEATURES, _scores("agent"), BACKENDS, model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("agent")), State(auto, GB10, BACKENDS))
     assert (routed.decision.backend, routed.decision.reason) == ("mtp-0", "finish")
     assert set(routed.decision.finish_ms) == {"mtp-0", "plain-0", "plain-1"}
 
 
 def test_classifier_failure_uses_the_fallback_without_rewrite() -> None:
-    routed = decide_route(_policy({"chat": NOTHINK}), FEATURES, None, BACKENDS, model=GB10)
+    routed = decide_route(Ask(FEATURES, None), State(_policy({"chat": NOTHINK}), GB10, BACKENDS))
     assert (routed.decision.reason, routed.rewrite) == ("classifier_error", None)
 
 
@@ -165,11 +162,11 @@ def test_overrides_judge_the_request_as_rewritten() -> None:
     thinking = replace(FEATURES, thinking=True, thinking_unset=False)
     policy = _policy({"code": {"pool": "mtp", "rewrite": {"thinking": False},
                                "endpoints": ["chat"]}})
-    assert decide(policy, thinking, _scores("code"), BACKENDS, model=GB10).reason == "thinking"
-    routed = decide_route(policy, thinking, _scores("code"), BACKENDS, model=GB10)
+    assert decide(Ask(thinking, _scores("code")), State(policy, GB10, BACKENDS)).reason == "thinking"
+    routed = decide_route(Ask(thinking, _scores("code")), State(policy, GB10, BACKENDS))
     assert (routed.pool, routed.decision.reason, routed.decision.backend) == ("mtp", "class", "mtp-0")
     sampled = _policy({"code": {"pool": "mtp", "rewrite": {"temperature": 0.8}}})
-    routed = decide_route(sampled, FEATURES, _scores("code"), BACKENDS, model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("code")), State(sampled, GB10, BACKENDS))
     assert (routed.pool, routed.decision.reason) == ("plain", "sampled")
     assert routed.rewrite == Rewrite(temperature=0.8)  # the route's rewrite still applies
 
@@ -177,13 +174,13 @@ def test_overrides_judge_the_request_as_rewritten() -> None:
 def test_a_named_pool_is_not_subject_to_the_mtp_or_plain_overrides() -> None:
     sampled = replace(FEATURES, temperature=0.9, greedy=False)
     policy = _policy({"chat": {"pool": "nothink"}}, overrides={"sampled": "mtp"})
-    routed = decide_route(policy, sampled, _scores("chat"), BACKENDS, model=GB10)
+    routed = decide_route(Ask(sampled, _scores("chat")), State(policy, GB10, BACKENDS))
     assert routed.pool == "nothink" and routed.decision.backend == "plain-0"
 
 
 def test_an_unhealthy_pool_fails_over_and_a_held_conversation_stays() -> None:
     down = (BACKENDS[0], replace(BACKENDS[1], healthy=False), replace(BACKENDS[2], healthy=False))
-    routed = decide_route(_policy({"chat": NOTHINK}), FEATURES, _scores("chat"), down, model=GB10)
+    routed = decide_route(Ask(FEATURES, _scores("chat")), State(_policy({"chat": NOTHINK}), GB10, down))
     assert routed.decision.backend == "mtp-0"
     assert routed.decision.reason == "pool+unhealthy_failover"
     assert routed.rewrite is not None  # the route asked for it, wherever it is served
@@ -191,11 +188,9 @@ def test_an_unhealthy_pool_fails_over_and_a_held_conversation_stays() -> None:
     # would cost more than the 1.5 s queued there
     long_prompt = replace(FEATURES, prompt_tokens=20_000)
     held = Held("plain-1", "plain", turns=3, prompt_tokens=19_900, last_seen=0.0)
-    routed = decide_route(_policy({"chat": NOTHINK}), long_prompt, _scores("chat"), BACKENDS,
-                          model=GB10, held=held)
+    routed = decide_route(Ask(long_prompt, _scores("chat"), held=held), State(_policy({"chat": NOTHINK}), GB10, BACKENDS))
     assert (routed.decision.backend, routed.decision.reason) == ("plain-1", "pool")
     assert routed.decision.queue_ms > 1000
     forgetful = _policy({"chat": NOTHINK}, stickiness={"enabled": False})
-    routed = decide_route(forgetful, long_prompt, _scores("chat"), BACKENDS, model=GB10,
-                          held=held)
+    routed = decide_route(Ask(long_prompt, _scores("chat"), held=held), State(forgetful, GB10, BACKENDS))
     assert routed.decision.backend == "plain-0"

@@ -10,6 +10,7 @@ import pytest
 
 from decisionlog.records import parse_lines
 from policies.decision.arms import choose_arm, metric_for
+from policies.decision.ask import Ask, State
 from policies.decision.route import decide_route
 from policies.learner.arms import (
     EMPTY_ARMS,
@@ -147,10 +148,9 @@ def test_a_route_with_arms_routes_within_them() -> None:
         context=pool_context(["nothink"]),
     )
     rows = _spread("plain", 40, 15.0, 20000.0) + _spread(NOTHINK.key, 40, 14.0, 2500.0)
-    routed = decide_route(policy, FEATURES, _scores("chat"), BACKENDS, model=GB10,
-                          arms=_state(rows), draw=0.7)
+    routed = decide_route(Ask(FEATURES, _scores("chat"), draw=0.7), State(policy, GB10, BACKENDS, arms=_state(rows)))
     assert routed.arm == NOTHINK.key and routed.decision.reason == "arm"
-    cold = [decide_route(policy, FEATURES, _scores("chat"), BACKENDS, model=GB10, draw=d / 20).arm
+    cold = [decide_route(Ask(FEATURES, _scores("chat"), draw=d / 20), State(policy, GB10, BACKENDS)).arm
             for d in range(20)]
     assert set(cold) == {"plain", NOTHINK.key}
     assert cold.count(NOTHINK.key) == 10  # the cold-start half

@@ -1,0 +1,71 @@
+"""What the decision takes: one request (`Ask`) and the state it is decided in (`State`).
+
+Pure data: frozen dataclasses, built by the caller once per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from classifiers.features import Features
+from classifiers.scores import Scores
+from policies.decision.finish import InFlight, Queued, queued_ms
+from policies.decision.pins import NO_CONTEXT, RequestContext
+from policies.decision.sessions import Held
+from policies.learner.arms import EMPTY_ARMS, ArmsState
+from policies.learner.routemodel import RouteModel
+from policies.policyfile.schema import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request, as the decision reads it."""
+
+    features: Features
+    scores: Scores | None  # None: the classifier failed
+    context: RequestContext = NO_CONTEXT  # the client's hints: header, model, API key
+    endpoint: str = "chat"
+    held: Held | None = None  # where this conversation's prefix is cached
+    # a uniform random number, for a route's arm exploration and then the finish rule's
+    # Thompson draw (None: neither explores)
+    draw: float | None = None
+
+    def sending(self, features: Features) -> Ask:
+        """The request as a route's rewrite will send it."""
+        return replace(self, features=features)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendState:
+    """What the decision needs to know about one backend instance."""
+
+    name: str
+    profile: str
+    healthy: bool = True
+    inflight: int = 0
+    queue: tuple[InFlight, ...] = ()  # the requests in flight on it, with their predictions
+    pools: frozenset[str] = frozenset()  # the named pools it belongs to (config.yaml `pools`)
+    # `queue` as the rule uses it, when the caller summed it up already (the proxy's pool
+    # does, from its in-flight table); None: computed from `queue`
+    queued: Queued | None = None
+
+    def work(self) -> Queued:
+        if self.queued is not None:
+            return self.queued
+        return Queued(len(self.queue), queued_ms(self.queue))
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What a request is decided against: the policy, the route model, the instances and the
+    arms' learned sums, as they are at that moment."""
+
+    policy: Policy
+    model: RouteModel  # the machine prior with what the log taught
+    backends: Sequence[BackendState]
+    arms: ArmsState = EMPTY_ARMS
+
+    @property
+    def pools(self) -> frozenset[str]:
+        return frozenset(pool for b in self.backends for pool in b.pools)
