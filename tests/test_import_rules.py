@@ -49,7 +49,7 @@ PURE = [
     "policies/routemodel.py", "policies/machine.py", "policies/sessions.py",
     "policies/rewrite.py", "policies/pools.py", "policies/route.py",
     "policies/arms.py", "policies/arm_rows.py", "policies/explain_routes.py",
-    "router/paths.py", "policies/pace.py",
+    "router/paths.py", "policies/pace.py", "router/json_body.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
