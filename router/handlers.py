@@ -33,8 +33,8 @@ from router.routing import (
     RoutingInputs,
     plan_request,
     record_for,
-    upstream_body,
 )
+from router.upstream_body import upstream_body
 
 ROUTED = {
     "/v1/chat/completions": "chat",
