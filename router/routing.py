@@ -1,21 +1,20 @@
-"""From request bytes to a routing plan, and from a plan and its outcome to a log record.
+"""A request's routing plan: from its bytes and headers to the body, features, scores, decision
+and rewrite it is forwarded with.
 
-No I/O and no clock: times and the scorer come in as arguments. The handler calls
-`plan_request` before forwarding and `record_for` after.
+Pure: no I/O and no clock; the scorer, the backends' state and the random draw come in as
+arguments. The handler calls `plan_request` before forwarding; the bytes sent upstream are
+`router/upstream_body`'s, the record written after is `router/records`'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
-from backends.upstream import ForwardResult
 from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, extract
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
-from decisionlog.records import Outcome, RouteRecord
 from policies.arms import EMPTY_ARMS, ArmsState
 from policies.decide import BackendState, Decision, RequestContext
 from policies.rewrite import Applied, apply_rewrite
@@ -28,7 +27,6 @@ from router.json_body import exact_loads, parse_json
 from router.scoring import Scorer, score_safely
 
 HEADER_ROUTES: Final = ("mtp", "plain", "auto")
-CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
 ECHO_CAP: Final = 64  # characters of a bad header value quoted back in an error message
 
 
@@ -131,61 +129,6 @@ def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
         scores=scored.scores, scorer_name=inputs.scorer.name, scorer_error=scored.error,
         decision=routed.decision, order=routed.order, conversation=conversation,
         routed=routed, rewrite=rewrite,
-    )
-
-
-def record_for(
-    plan: RoutedRequest,
-    result: ForwardResult,
-    *,
-    started: float,
-    ended: float,
-    ts: datetime,
-    log_content: bool,
-) -> RouteRecord:
-    meter, report = result.meter, result.meter.report
-    classifier: dict[str, Any] = (
-        plan.scores.as_dict() if plan.scores else {"class": None, "lang": None, "artifact": plan.scorer_name}
-    )
-    if plan.scorer_error:
-        classifier["error"] = plan.scorer_error
-    outcome = Outcome(
-        status=result.status,
-        error=result.error,
-        backend=result.backend,
-        profile=result.profile,
-        ttft_ms=meter.ttft_ms(),
-        total_ms=round((ended - started) * 1000, 3),
-        prompt_tokens=report.prompt_tokens,
-        cached_tokens=report.cached_tokens,
-        completion_tokens=report.completion_tokens,
-        decode_tps=meter.decode_tps(),
-        backend_tps=report.backend_tps,
-        draft_n=report.draft_n,
-        draft_accepted=report.draft_accepted,
-        spec_source=report.spec_source,
-        failover_from=tuple(result.failover_from),
-        client_disconnected=result.client_disconnected,
-    )
-    overhead = ((result.sent_at or ended) - started) * 1000
-    content = {
-        "last_user": plan.view.last_user_text[:CONTENT_CAP],
-        "completion": meter.text(),  # the meter keeps at most CONTENT_CAP characters
-    } if log_content else None
-    return RouteRecord(
-        ts=ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        request_id=plan.request_id,
-        endpoint=plan.endpoint,
-        model=plan.view.model,
-        stream=plan.view.stream,
-        conversation=plan.conversation,
-        features=plan.features.as_dict(),
-        classifier=classifier,
-        decision=plan.decision_record(),
-        outcome=outcome,
-        overhead_ms=round(overhead, 3),
-        content=content,
-        rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
     )
 
 
