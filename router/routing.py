@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, extract
+from classifiers.features import Features, TokenCounter, extract
+from classifiers.memos import AskMemo, ToolsMemo
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
 from policies.arms import EMPTY_ARMS, ArmsState

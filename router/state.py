@@ -15,7 +15,8 @@ from aiohttp import web
 
 from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
-from classifiers.features import AskMemo, TokenCounter, ToolsMemo
+from classifiers.features import TokenCounter
+from classifiers.memos import AskMemo, ToolsMemo
 from policies.armstore import ArmsHolder
 from policies.sessions import SessionTable
 from policies.store import PolicyStore

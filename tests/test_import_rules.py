@@ -51,6 +51,7 @@ PURE = [
     "policies/arms.py", "policies/arm_rows.py", "policies/explain_routes.py",
     "router/paths.py", "policies/pace.py", "router/json_body.py",
     "router/upstream_body.py", "router/routing.py", "classifiers/text.py",
+    "classifiers/memos.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
