@@ -75,4 +75,3 @@ def test_probe_records_teach_the_model_and_say_when_the_prior_is_far_off() -> No
     near = [r for r in records if r.outcome.backend == "plain-0"]
     slow_box = RouteModel(replace(GB10_DS4, t_plain_ms=7.5), RouteEvidence())
     assert measured_notes(near, slow_box) == []  # within 2x of the prior: nothing to say
-
