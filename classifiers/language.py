@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from classifiers.features import TEXT_SAMPLE_CAP, Features, cjk_share, strip_fences
+from classifiers.features import Features
 from classifiers.request_view import RequestView
+from classifiers.text import TEXT_SAMPLE_CAP, cjk_share, strip_fences
 
 CJK_SHARE_MIN: Final = 0.15
 _LOOK_CHARS: Final = 200  # enough to see the script; cheap on a 300 KB request

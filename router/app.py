@@ -17,7 +17,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from classifiers.features import AskMemo, TokenCounter, ToolsMemo
+from classifiers.features import TokenCounter
+from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.records import RouteRecord
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, paces

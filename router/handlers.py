@@ -26,15 +26,9 @@ from router.errors import RequestError, error_response
 from router.online import pace_status
 from router.openapi import openapi_document
 from router.paths import forwardable_path
-from router.routing import (
-    CONTENT_CAP,
-    Incoming,
-    RoutedRequest,
-    RoutingInputs,
-    plan_request,
-    record_for,
-    upstream_body,
-)
+from router.records import CONTENT_CAP, record_for
+from router.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
+from router.upstream_body import upstream_body
 
 ROUTED = {
     "/v1/chat/completions": "chat",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from router.routing import HEADER_ROUTES
+from policies import ROUTE_WORDS
 
 ERROR: Final[dict[str, Any]] = {
     "type": "object",
@@ -56,7 +56,7 @@ def _any_case(word: str) -> str:
 
 
 _ROUTE_PATTERN: Final = (
-    "^[ \\t]*(" + "|".join(_any_case(r) for r in HEADER_ROUTES) + ")?[ \\t]*$"
+    "^[ \\t]*(" + "|".join(_any_case(r) for r in ROUTE_WORDS) + ")?[ \\t]*$"
 )
 
 
@@ -81,7 +81,7 @@ def _routed(endpoint: str, field: str, schema: dict[str, Any]) -> dict[str, Any]
                 # mtp, plain or auto, any case, blanks around; empty: as if absent
                 {"name": "x-specroute-route", "in": "header", "required": False,
                  "schema": {"type": "string", "pattern": _ROUTE_PATTERN,
-                            "description": f"one of {', '.join(HEADER_ROUTES)} or a pool the config "
+                            "description": f"one of {', '.join(ROUTE_WORDS)} or a pool the config "
                                            "names (any case); else a 400"}},
                 {"name": "x-specroute-conversation", "in": "header", "required": False,
                  "schema": {"type": "string"}},

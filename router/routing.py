@@ -1,27 +1,24 @@
-"""From request bytes to a routing plan, and from a plan and its outcome to a log record.
+"""A request's routing plan: from its bytes and headers to the body, features, scores, decision
+and rewrite it is forwarded with.
 
-No I/O and no clock: times and the scorer come in as arguments. The handler calls
-`plan_request` before forwarding and `record_for` after.
+Pure: no I/O and no clock; the scorer, the backends' state and the random draw come in as
+arguments. The handler calls `plan_request` before forwarding; the bytes sent upstream are
+`router/upstream_body`'s, the record written after is `router/records`'.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
-import orjson
-
-from backends.engines import EngineAdapter, Tweaked
-from backends.upstream import ForwardResult
-from classifiers.features import AskMemo, Features, TokenCounter, ToolsMemo, extract
+from classifiers.features import Features, TokenCounter, extract
+from classifiers.memos import AskMemo, ToolsMemo
 from classifiers.request_view import InvalidRequest, RequestView, view_request
 from classifiers.scores import Scores
-from decisionlog.records import Outcome, RouteRecord
 from policies import (
     EMPTY_ARMS,
+    ROUTE_WORDS,
     Applied,
     ArmsState,
     Ask,
@@ -38,15 +35,9 @@ from policies import (
     decide_route,
 )
 from router.errors import RequestError
+from router.json_body import exact_loads, parse_json
 from router.scoring import Scorer, score_safely
 
-HEADER_ROUTES: Final = ("mtp", "plain", "auto")
-CONTENT_CAP: Final = 4_000  # characters of prompt and of completion text kept when logging content
-# Deepest JSON nesting accepted: tool schemas nest a few dozen levels; deeper is an attack on
-# every recursive walk and gets a 400 before any of them runs. Just under orjson's own limit
-# (1,024), which then enforces ours at C speed; the features' walks are bounded in depth, and
-# the rare re-encoding of a body refuses what the interpreter's stack cannot take.
-MAX_JSON_DEPTH: Final = 1000
 ECHO_CAP: Final = 64  # characters of a bad header value quoted back in an error message
 
 
@@ -121,7 +112,7 @@ class RoutingInputs:
 def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
     """Parse, classify, decide and apply the route's rewrite; raises `RequestError` (4xx) on
     bad input."""
-    body = _parse_json(incoming.raw)
+    body = parse_json(incoming.raw)
     try:
         view = view_request(incoming.endpoint, body)
     except InvalidRequest as exc:
@@ -139,7 +130,7 @@ def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
         first = routed.decision.backend or (routed.order[0] if routed.order else "")
         # Applied to the body as the standard parser reads it (every number as the client wrote
         # it): a rewritten body is re-encoded for the backend from this.
-        rewrite = apply_rewrite(routed.rewrite, _exact_loads(incoming.raw), endpoint=incoming.endpoint,
+        rewrite = apply_rewrite(routed.rewrite, exact_loads(incoming.raw), endpoint=incoming.endpoint,
                                 engine=inputs.engine_of(first))
     return RoutedRequest(
         request_id=incoming.request_id, endpoint=incoming.endpoint,
@@ -150,220 +141,18 @@ def plan_request(incoming: Incoming, inputs: RoutingInputs) -> RoutedRequest:
     )
 
 
-def upstream_body(plan: RoutedRequest, raw: bytes, adapter: EngineAdapter, path: str) -> tuple[bytes, Tweaked]:
-    """The bytes to send upstream, and what was added that the client must not see.
-
-    The engine's adapter asks for what makes it report its stats (`stream_options.include_usage`
-    on streams, SGLang's `return_meta_info`); the relay strips those again. When nothing is
-    added and no rewrite changed the body, it goes upstream exactly as received.
-    """
-    tweaked = adapter.request_tweaks(plan.body, stream=plan.view.stream, path=path)
-    if plan.rewritten:  # the client's bytes are not what goes upstream: encoded once, whole
-        return encode_json(tweaked.body), tweaked
-    if not (tweaked.added_usage or tweaked.added_meta_info):
-        return raw, tweaked
-    spliced = _with_members_added(raw, plan.body, tweaked.body)
-    if spliced is not None:
-        return spliced, tweaked
-    exact = _exact_loads(raw)
-    return encode_json(adapter.request_tweaks(exact, stream=plan.view.stream, path=path).body), tweaked
-
-
-def _exact_loads(raw: bytes) -> dict[str, Any]:
-    """The (already validated) body as the standard parser reads it: every number as the client
-    wrote it, for a body that is re-encoded."""
-    try:
-        body: dict[str, Any] = json.loads(raw)
-    except RecursionError as exc:
-        raise _too_deep() from exc
-    return body
-
-
-def _with_members_added(raw: bytes, before: dict[str, Any], after: dict[str, Any]) -> bytes | None:
-    """`raw` with the members `after` adds to `before` written after its opening brace, every
-    other byte as the client sent it; None when `after` also changes a member (re-encode then).
-
-    Cheaper than re-encoding a 300 KB body for one `stream_options`, and the client's bytes
-    (key order, escapes, numbers) reach the backend unchanged.
-    """
-    added = {k: v for k, v in after.items() if k not in before}
-    changed = any(k not in after or after[k] is not v for k, v in before.items())
-    if not before or changed or len(added) + len(before) != len(after):
-        return None
-    start = raw.find(b"{")
-    if start < 0 or raw[:start].strip():
-        return None
-    members = b"".join(encode_json({k: v})[1:-1] + b"," for k, v in added.items())
-    return raw[: start + 1] + members + raw[start + 1:]
-
-
-def encode_json(value: object) -> bytes:
-    """UTF-8 JSON; a lone surrogate (valid JSON as `\\ud800`, not encodable as UTF-8) is kept
-    escaped as the client sent it, so the backend reads the same string."""
-    text = json.dumps(value, ensure_ascii=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True).encode()
-
-
-def record_for(
-    plan: RoutedRequest,
-    result: ForwardResult,
-    *,
-    started: float,
-    ended: float,
-    ts: datetime,
-    log_content: bool,
-) -> RouteRecord:
-    meter, report = result.meter, result.meter.report
-    classifier: dict[str, Any] = (
-        plan.scores.as_dict() if plan.scores else {"class": None, "lang": None, "artifact": plan.scorer_name}
-    )
-    if plan.scorer_error:
-        classifier["error"] = plan.scorer_error
-    outcome = Outcome(
-        status=result.status,
-        error=result.error,
-        backend=result.backend,
-        profile=result.profile,
-        ttft_ms=meter.ttft_ms(),
-        total_ms=round((ended - started) * 1000, 3),
-        prompt_tokens=report.prompt_tokens,
-        cached_tokens=report.cached_tokens,
-        completion_tokens=report.completion_tokens,
-        decode_tps=meter.decode_tps(),
-        backend_tps=report.backend_tps,
-        draft_n=report.draft_n,
-        draft_accepted=report.draft_accepted,
-        spec_source=report.spec_source,
-        failover_from=tuple(result.failover_from),
-        client_disconnected=result.client_disconnected,
-    )
-    overhead = ((result.sent_at or ended) - started) * 1000
-    content = {
-        "last_user": plan.view.last_user_text[:CONTENT_CAP],
-        "completion": meter.text(),  # the meter keeps at most CONTENT_CAP characters
-    } if log_content else None
-    return RouteRecord(
-        ts=ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        request_id=plan.request_id,
-        endpoint=plan.endpoint,
-        model=plan.view.model,
-        stream=plan.view.stream,
-        conversation=plan.conversation,
-        features=plan.features.as_dict(),
-        classifier=classifier,
-        decision=plan.decision_record(),
-        outcome=outcome,
-        overhead_ms=round(overhead, 3),
-        content=content,
-        rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
-    )
-
-
 def _header_route(header: str | None, backends: list[BackendState]) -> str:
     """The `x-specroute-route` value: mtp, plain, auto or a named pool (any case); else a 400."""
     route = (header or "").strip()
-    if route.lower() in HEADER_ROUTES:
+    if route.lower() in ROUTE_WORDS:
         return route.lower()
     named = {pool.lower(): pool for b in backends for pool in b.pools}
     if not route or route.lower() in named:
         return named.get(route.lower(), "")
-    allowed = ", ".join([*HEADER_ROUTES, *sorted(named.values())])
+    allowed = ", ".join([*ROUTE_WORDS, *sorted(named.values())])
     raise RequestError(
         400, f"x-specroute-route must be one of {allowed}; got {_echo(header or '')}",
         param="x-specroute-route", code="invalid_route_header",
-    )
-
-
-def _parse_json(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise RequestError(400, "The request body is empty; expected a JSON object.", code="empty_body")
-    body = _padded_loads(raw)
-    if body is _TOO_DEEP:
-        raise _too_deep()
-    if body is _UNREAD:  # what orjson refuses (lone surrogates, NaN): the standard parser decides
-        try:
-            body = json.loads(raw)
-        except RecursionError as exc:  # deeper than the interpreter's stack: certainly too deep
-            raise _too_deep() from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(
-                400, f"The request body is not valid JSON: {exc}", code="invalid_json"
-            ) from exc
-        if nesting_exceeds(body, raw, MAX_JSON_DEPTH):
-            raise _too_deep()
-    if not isinstance(body, dict):
-        raise RequestError(
-            400, f"The request body must be a JSON object, not {type(body).__name__}.",
-            code="invalid_body",
-        )
-    return body
-
-
-def nesting_exceeds(body: object, raw: bytes, limit: int) -> bool:
-    """True when the parsed JSON `body` nests arrays/objects more than `limit` levels deep.
-
-    Breadth first, no recursion, containers only. Free in the common case: a text (`raw`)
-    with at most `limit` opening brackets in all cannot nest deeper.
-    """
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    level: list[Any] = [body]
-    for _ in range(limit):
-        deeper: list[Any] = []
-        for node in level:
-            children = node.values() if type(node) is dict else node
-            deeper += [c for c in children if type(c) is dict or type(c) is list]
-        if not deeper:
-            return False
-        level = deeper
-    return True
-
-
-def _orjson_depth() -> int:
-    """orjson's nesting limit (1,024 today), found once; 0 if it has none we can find."""
-    for depth in (1024, 2048):
-        try:
-            orjson.loads(b"[" * (depth + 1) + b"]" * (depth + 1))
-        except orjson.JSONDecodeError:
-            return depth
-    return 0
-
-
-_PAD: Final = max(_orjson_depth() - MAX_JSON_DEPTH, 0)
-_PAD_LEVELS: Final = range(_PAD)
-_UNREAD: Final = object()
-_TOO_DEEP: Final = object()
-
-
-def _padded_loads(raw: bytes) -> Any:
-    """The body parsed by orjson (2-3x faster than json on agent-sized bodies) inside `_PAD`
-    arrays, so that orjson's own nesting limit refuses exactly what is deeper than
-    `MAX_JSON_DEPTH`, at C speed; `_UNREAD` when orjson refuses it for another reason.
-
-    orjson reads an integer past 64 bits as a float: harmless for the features, and a body
-    re-encoded for the backend is parsed again by the standard parser (`upstream_body`).
-    """
-    if not _PAD:
-        return _UNREAD
-    try:
-        wrapped = orjson.loads(b"[" * _PAD + raw + b"]" * _PAD)
-    except orjson.JSONDecodeError as exc:
-        return _TOO_DEEP if "depth" in str(exc) else _UNREAD
-    try:
-        for _ in _PAD_LEVELS:
-            (wrapped,) = wrapped  # each padding array holds one value, unless `raw` broke out
-    except (TypeError, ValueError):
-        return _UNREAD  # "1],[2": not one value once unwrapped; let json say why
-    return wrapped
-
-
-def _too_deep() -> RequestError:
-    return RequestError(
-        400, f"The request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels.",
-        code="invalid_json",
     )
 
 

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
-from classifiers.features import AskMemo, TokenCounter, ToolsMemo
+from classifiers.features import TokenCounter
+from classifiers.memos import AskMemo, ToolsMemo
 from policies import PolicyStore, SessionTable
 from router.config import Config
 from router.online import OnlineModel

@@ -62,7 +62,9 @@ PURE = [
     "policies/decision/sessions.py", "policies/policyfile/rewrite.py",
     "policies/policyfile/pools.py", "policies/decision/route.py", "policies/learner/arms.py",
     "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/paths.py",
-    "policies/learner/pace.py",
+    "policies/learner/pace.py", "policies/decision/pins.py", "policies/decision/ask.py",
+    "policies/policyfile/words.py", "router/json_body.py", "router/upstream_body.py",
+    "router/routing.py", "classifiers/text.py", "classifiers/memos.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",

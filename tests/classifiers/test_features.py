@@ -5,13 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from classifiers.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
-    cjk_share,
     extract,
 )
 from classifiers.request_view import view_request
@@ -71,11 +68,6 @@ def test_code_lines_are_recognised() -> None:
     assert _features(_user("Tell me about the history of Rome."))["code_line_share"] == 0.0
 
 
-@pytest.mark.parametrize(("text", "expected"), [("", 0.0), ("   ", 0.0), ("ab你好", 0.5)])
-def test_cjk_share(text: str, expected: float) -> None:
-    assert cjk_share(text) == expected
-
-
 def test_tokens_are_estimated_from_a_small_sample() -> None:
     calls: list[int] = []
 
@@ -121,44 +113,6 @@ def test_tool_text_overlap(text: str, tools: list[dict[str, Any]], expected: flo
     assert _features(_user(text, tools=tools))["tool_text_overlap"] == expected
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
-@given(st.text(alphabet=st.sampled_from(list("abcIiYyou'lol OK.,!?-_\t\n1\"\u212a哈我呢é")), max_size=60))
-def test_text_features_read_ascii_and_other_text_alike(text: str) -> None:
-    """ASCII text takes a shortcut (no CJK scan, words by bytes.translate): the same numbers as
-    the patterns give on any text."""
-    import re
-
-    from classifiers import features as f
-
-    sample = text[: f.OVERLAP_TEXT_CAP].lower()
-    words = f._CASUAL_TOKEN.findall(sample)
-    casual = round(sum(w in f._CASUAL_WORDS for w in words) / len(words), 4) if words else 0.0
-    assert f.casual_word_share(text) == casual
-    cjk_sample = text[: f.TEXT_SAMPLE_CAP]
-    letters = len("".join(cjk_sample.split()))
-    cjk = round(len(f._CJK.findall(cjk_sample)) / letters, 4) if letters else 0.0
-    assert f.cjk_share(text) == cjk
-    lowered = text.lower()
-    han = "".join(re.findall("[\u4e00-\u9fff]", lowered))
-    expected = set(f._LATIN_WORD.findall(lowered)) | {han[i: i + 2] for i in range(len(han) - 1)}
-    assert f._words(text) == expected
-
-
-_CODE_BITS = ["def", "class", "import", "from", "x", "return", "if", "for", "while", "#include",
-              "public", "private", "func", "fn", "let", "const", "var", "SELECT", "CREATE",
-              "<div>", "<", "->", "=>", "==", "!=", "f(a)", "define", "letter", "Return", " ",
-              "\t", "\u3000", "\u00a0", ";", "{", "}", "(", ")", "=", ":", "#", "-", "a", "."]
-
-
-@settings(max_examples=2000, deadline=None, derandomize=True)
-@given(st.lists(st.sampled_from(_CODE_BITS), max_size=10).map("".join))
-def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: str) -> None:
-    from classifiers import features as f
-
-    if f._CODE_LINE.search(line):
-        assert f._may_be_code(line)
-
-
 @pytest.mark.parametrize(
     ("text", "exclaim", "laugh"),
     [
@@ -175,69 +129,3 @@ def test_the_code_line_prefilter_never_skips_a_line_the_pattern_matches(line: st
 def test_spoken_register_marks(text: str, exclaim: bool, laugh: bool) -> None:
     features = extract(view_request("chat", {"messages": [{"role": "user", "content": text}]}))
     assert (features.exclaims, features.laughs) == (exclaim, laugh)
-
-
-_LAUGH_BITS = ["lol", "LOL", "lmao", "rofl", "omg", "OMG", "xd", "XD", "ha", "HA", "h", "he",
-               "hah", "HeHe", ":", ";", "-", ")", "(", "D", "P", "p", "d", "^", "_", "^_^", "(^",
-               "哈", "哈哈", "呵呵", "嘿嘿", "嘻嘻", "😂", "😄", "😊", "🤣", "```", " ", "\n",
-               "a", "x", "1", "é", "Σ", "İ", "K", "ſ", "\ud800", ":-)", ";P", "w"]
-
-
-@settings(max_examples=3000, deadline=None, derandomize=True)
-@given(st.lists(st.sampled_from(_LAUGH_BITS), max_size=12).map("".join))
-def test_laughs_gives_what_the_pattern_alone_gave(text: str) -> None:
-    from classifiers import features as f
-
-    # the formula before the prefilter: the pattern over the sample outside fences
-    assert f.laughs(text) == bool(f._LAUGHTER.search(f.strip_fences(text[: f.OVERLAP_TEXT_CAP])))
-
-
-def test_the_laugh_prefilter_lowers_every_letter_the_pattern_folds() -> None:
-    """The prefilter looks for the pattern's words in `text.lower()`: sound only if every
-    character the case-insensitive pattern takes for one of its letters lowers to that letter."""
-    import re
-
-    from classifiers import features as f
-
-    letters = set("".join(f._LAUGH_WORDS)) | set("lmaorfgxdhe")
-    everything = "".join(map(chr, range(0x110000)))
-    folded = re.findall(f"(?i)[{''.join(sorted(letters))}]", everything)
-    assert folded  # the ASCII letters themselves, at least
-    assert {c.lower() for c in folded} <= letters
-
-
-_ASK_BITS = ["Fix this:\n", "```python\n", "```\n", "def f(x):\n", "    return x\n", "lol ", ":)",
-             "so cool! ", "你好呢，", "哈哈", "I think you ", "Explain the hash map. ", "{", "}",
-             "import os\n", "\t", "  ", "\n", "SELECT 1;", "x -> y", "omg ", "~~~\n"]
-
-
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.lists(st.lists(st.sampled_from(_ASK_BITS), max_size=12).map("".join), min_size=1,
-                max_size=6))
-def test_features_read_through_the_ask_memo_are_those_read_afresh(asks: list[str]) -> None:
-    from classifiers.features import AskMemo
-
-    memo = AskMemo(size=2)  # smaller than the asks: hits, misses and evictions
-    described = [{"type": "function", "function": {
-        "name": "explain_hash_map", "description": "Explain the map; fix the import of os."}}]
-    for i, text in enumerate(asks + asks[::-1]):
-        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
-        if i % 3:  # with tools (the overlap reads the ask's words), or without
-            body["tools"] = described
-        view = view_request("chat", body)
-        assert extract(view, asks=memo) == extract(view)
-        assert len(memo) <= 2
-
-
-def test_the_ask_memo_answers_a_resent_ask_from_memory() -> None:
-    from classifiers.features import AskMemo
-
-    memo = AskMemo(size=1)
-    first = memo.facts("lol, fix this: ```x = 1```")
-    assert memo.facts("lol, fix this: ```x = 1```") is first
-    memo.facts("another ask")
-    assert len(memo) == 1
-    assert memo.facts("lol, fix this: ```x = 1```") is not first  # evicted, read again
-    words = memo.words("explain the hash map")
-    assert words == frozenset({"explain", "hash", "map"})  # "the" is a stop word
-    assert memo.words("explain the hash map") is words

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from classifiers.features import estimated_tokens
+from classifiers.text import estimated_tokens
 from classifiers.training.data.fetch import list_members, read_member
 from classifiers.training.data.labels import is_pleasantry, label_text
 from classifiers.training.data.rows import Row, chat, lang_of, pick
