@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.resources
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -115,6 +115,13 @@ class PolicyStore:
     @property
     def learned(self) -> LearnedState:
         return self._snapshot.learned
+
+    def put_learned(self, state: LearnedState, now: float) -> None:
+        """The proxy's own learner hands over the state it has just written: in force at once
+        (the same one holder the online path adds to), the file not read back."""
+        self._learned_file.mark_seen()
+        self._snapshot = replace(self._snapshot, learned=state, loaded_at=now)
+        self.counters.ok += 1
 
     def reload_if_changed(self, now: float) -> bool:
         """Re-read whichever file changed since the last look; True when a new snapshot is in

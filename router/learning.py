@@ -26,12 +26,15 @@ log = structlog.get_logger("specroute")
 
 
 def learn_now(app: web.Application, now: datetime) -> LearnedState:
-    """Learn from the decision log under the policy in force; write the state atomically."""
+    """Learn from the decision log under the policy in force: one pass, one learned state,
+    written atomically next to the policy (for `policy explain`, other processes and restarts)
+    and put in force at once."""
     store = app[POLICY]
     read = ReadStats()
     records = iter_log_records([app[CONFIG].log.path], read)
     state = learn_to_file(observations(records), store.policy, store.learned_path,
                           created=now.isoformat())
+    store.put_learned(state, app[DEPS].clock())  # in force now, not read back from the file
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
              log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
              plain_outcomes=state.evidence.plain.n,

@@ -93,7 +93,9 @@ class OnlineModel:
 
     @property
     def online_records(self) -> int:
-        """Records added since the learned file in force was written."""
+        """Records added since the learned state in force was learned."""
+        if self._store.snapshot is not self._snapshot or self._model is None:
+            self._rebase(self._store.snapshot)
         return len(self._pending)
 
     def write_record(self, record: RouteRecord) -> None:

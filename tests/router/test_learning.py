@@ -10,6 +10,7 @@ import aiohttp
 from backends.local.simulator import SimState
 from router.app import reload_once
 from router.learning import learn_now
+from router.state import ONLINE, POLICY
 from tests.router.conftest import ServerFactory, gb10_policy, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
@@ -60,3 +61,18 @@ async def test_outcomes_reach_the_decision_online_before_any_learning_run(
     await _send(stack.base_url, "plain", 8)
     assert not (tmp_path / "policy.learned.json").exists()  # nothing learned from the file
     assert await _send(stack.base_url, "auto", 3, tag="-new") == ["plain:finish"] * 3
+
+
+async def test_the_learners_state_is_in_force_at_once_without_reading_the_file_back(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    stack = await start_stack(aiohttp_server, tmp_path, policy=gb10_policy(tmp_path))
+    await _send(stack.base_url, "mtp", 3)
+    store = stack.proxy.app[POLICY]
+    before = store.snapshot
+    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    assert store.snapshot is not before and store.learned is state  # the same object
+    assert store.reload_if_changed(now=1.0) is False  # the file it wrote counts as seen
+    online = stack.proxy.app[ONLINE]
+    assert online.online_records == 0  # what the state covers is not counted twice
+    assert online.model.evidence.greedy.n == state.evidence.greedy.n == 3
