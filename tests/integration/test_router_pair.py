@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from backends.spec import BackendSpec
 from router.app import create_app
-from router.config import Config, Limits, LogConfig
+from router.config import Config, Limits, LogConfig, SupervisorConfig
 from router.state import Deps
 from tests.integration.conftest import Pair
 from tests.router.conftest import ListSink
@@ -41,9 +41,14 @@ async def routed(pair: Pair, aiohttp_server: ServerFactory, tmp_path: Path
     # The router attaches to the instances the supervisor runs (by URL).
     specs = [BackendSpec(name=spec.name, engine="llamacpp", profile=spec.profile,
                          url=spec.base_url) for spec in (pair.mtp, pair.plain)]
+    # The router's own health checks wait a minute: a test that kills an instance sees the
+    # failover of the request that finds it gone, not a periodic probe that got there first
+    # (the startup probe's timed generations make when that probe falls vary with the load).
     config = Config(backends=specs, default_backend=pair.plain.name, tokenizer=False,
                     log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
-                    limits=Limits(connect_timeout_s=2.0))
+                    limits=Limits(connect_timeout_s=2.0),
+                    supervisor=SupervisorConfig(log_dir=str(tmp_path / "router-backends"),
+                                                health_interval_s=60.0))
     records = ListSink()
     offset = [0.0]
     deps = Deps(sinks=(records,), explore=False, clock=lambda: time.monotonic() + offset[0],
