@@ -55,7 +55,7 @@ PURE = [
     "classifiers/request_view.py", "classifiers/features.py", "classifiers/scores.py",
     "classifiers/rules.py", "classifiers/language.py", "policies/decision/decide.py",
     "policies/learner/observation.py", "decisionlog/records.py",
-    "classifiers/training/outcomes.py", "backends/stats.py", "backends/sse.py",
+    "backends/stats.py", "backends/sse.py",
     "backends/measure.py", "backends/openai_error.py", "backends/client_view.py",
     "policies/decision/finish.py", "policies/learner/speedup.py",
     "policies/learner/routemodel.py", "policies/policyfile/machine.py",
