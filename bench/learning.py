@@ -246,7 +246,8 @@ class Specroute(Router):
         self._normal = NormalDist()
         self.explored = 0
         self.to_mtp: dict[str, int] = {}
-        self._decisions: dict[int, tuple[float, str]] = {}
+        # id(item) -> the decision's queue ahead, profile and p_spec (None: nothing predicted)
+        self._decisions: dict[int, tuple[float, str, float | None]] = {}
         self._clock = 0
         self.routed: list[str] = []  # the profile of each request, in arrival order
 
@@ -257,17 +258,19 @@ class Specroute(Router):
         self.explored += d.explored
         key = f"{item.request.cls}/{item.request.lang}"
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
-        self._decisions[id(item)] = (d.queue_ms, d.profile)
+        self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec)
         self.routed.append(d.profile)
         return d.backend, d.service_ms
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
                  queued: bool) -> None:
-        queue_ms, profile = self._decisions.pop(id(item))
+        queue_ms, profile, p_spec = self._decisions.pop(id(item))
         arm = item.arms[profile]
         self._clock += 1
         o = Observation(
-            cls=item.scores.top_class, lang=item.scores.lang, p_spec=item.scores.p_spec,
+            # p_spec: the decision's, read as the learner reads it from a record
+            cls=item.scores.top_class, lang=item.scores.lang,
+            p_spec=0.5 if p_spec is None else p_spec,
             profile=profile, completion_tokens=arm.tokens, decode_tps=arm.tokens / arm.ms * 1000,
             draft_n=arm.draft_n, draft_accepted=arm.draft_accepted,
             prompt_tokens=prompt_tokens_of(item.request.body), ttft_ms=started - arrived,

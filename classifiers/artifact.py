@@ -1,8 +1,9 @@
 """The model artifact on disk: one `.npz` holding weights and a JSON metadata record.
 
 Writing is atomic (temp file, then `os.replace`), so a running proxy never reads half a file.
-Reading validates everything (format, feature schema, shapes) before anything is used, and
-fails with `ArtifactError` naming the file and what is wrong.
+Reading validates everything (format, feature schema, arrays and their shapes, the weights'
+digest) before anything is used, and fails with `ArtifactError` naming the file and what is
+wrong.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -20,7 +22,12 @@ import numpy as np
 import numpy.typing as npt
 
 FORMAT_VERSION: Final = 1
-ARRAYS: Final = ("w_text", "w_num", "bias", "num_mean", "num_scale", "class_value")
+# The arrays an artifact must hold, and the only ones a new artifact is written with.
+ARRAYS: Final = ("w_text", "w_num", "bias", "num_mean", "num_scale")
+# What artifacts written before p_spec became the decision's (the shipped one among them) hold
+# besides: `class_value`, the classifier's old per-class p_spec map. Their recorded digest
+# covers it, so it is read and checked when present; nothing uses it.
+LEGACY_ARRAYS: Final = ("class_value",)
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -35,19 +42,27 @@ class ArtifactData:
     arrays: dict[str, FloatArray]
 
 
+def _stored(names: Iterable[str]) -> tuple[str, ...]:
+    """The arrays an artifact stores and its digest covers, in order: `ARRAYS`, then any
+    legacy array among `names` (only an older artifact, or a copy of one, holds it)."""
+    present = set(names)
+    return (*ARRAYS, *(name for name in LEGACY_ARRAYS if name in present))
+
+
 def weights_digest(arrays: dict[str, FloatArray]) -> str:
     digest = hashlib.sha256()
-    for name in ARRAYS:
+    for name in _stored(arrays):
         digest.update(np.ascontiguousarray(arrays[name]).tobytes())
     return digest.hexdigest()
 
 
 def save(path: Path, meta: dict[str, Any], arrays: dict[str, FloatArray]) -> None:
-    """Write the artifact atomically (the proxy may be reading the old one)."""
+    """Write the artifact atomically (the proxy may be reading the old one). The trainer
+    gives only `ARRAYS`, so a new artifact holds no legacy array."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     payload: dict[str, Any] = {name: np.asarray(arrays[name], dtype=np.float32)
-                               for name in ARRAYS}
+                               for name in _stored(arrays)}
     payload["meta"] = np.array(json.dumps(meta, sort_keys=True))
     np.savez_compressed(buffer, **payload)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -61,7 +76,8 @@ def load(path: Path, *, schema_version: int, feature_names: tuple[str, ...]) -> 
     try:
         with np.load(path, allow_pickle=False) as npz:
             meta = json.loads(str(npz["meta"]))
-            arrays = {name: np.asarray(npz[name], dtype=np.float32) for name in ARRAYS}
+            present = [name for name in (*ARRAYS, *LEGACY_ARRAYS) if name in npz.files]
+            arrays = {name: np.asarray(npz[name], dtype=np.float32) for name in present}
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ArtifactError(f"{path}: not a readable classifier artifact ({exc})") from exc
     _check(path, meta, arrays, schema_version, feature_names)
@@ -85,6 +101,10 @@ def _check(path: Path, meta: Any, arrays: dict[str, FloatArray], schema_version:
                 "bias": (n_classes,), "num_mean": (len(feature_names),),
                 "num_scale": (len(feature_names),), "class_value": (n_classes,)}
     for name, shape in expected.items():
+        if name not in arrays:
+            if name in LEGACY_ARRAYS:  # only older artifacts hold it
+                continue
+            raise ArtifactError(f"{path}: no {name} array: not a complete classifier artifact")
         if arrays[name].shape != shape:
             raise ArtifactError(f"{path}: {name} has shape {arrays[name].shape}, expected {shape}")
         if not np.all(np.isfinite(arrays[name])):

@@ -43,15 +43,11 @@ def register(subparsers: Any) -> None:
                                   help="train the workload classifier and write its artifact")
     train.add_argument("--corpus", type=Path, default=_default_corpus(),
                        help="corpus JSONL (built first with `data build` if missing)")
-    train.add_argument("--logs", nargs="*", default=[], metavar="DECISION_LOG",
-                       help="decision logs whose outcomes refine p_spec")
     train.add_argument("--out", type=Path, default=DEFAULT_ARTIFACT,
                        help="artifact to write atomically (report and PNG beside it)")
     train.add_argument("--C", dest="c", type=float, default=2.0,
                        help="inverse regularisation strength of the logistic regression")
     train.add_argument("--max-iter", type=int, default=100, help="solver iterations per fit")
-    train.add_argument("--pays-at", type=float, default=0.5,
-                       help="logged acceptance from which speculation counts as paying")
     train.add_argument("--hash-dim", type=int, default=1 << 17,
                        help="hashed n-gram buckets (a power of two)")
     train.add_argument("--no-loso", dest="loso", action="store_false",
@@ -100,8 +96,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.hash_dim < 256 or args.hash_dim & (args.hash_dim - 1):
         _err(f"error: --hash-dim must be a power of two >= 256, not {args.hash_dim}")
         return 2
-    options = retrain.TrainOptions(corpus=args.corpus, out=args.out, logs=args.logs, c=args.c,
-                                   max_iter=args.max_iter, loso=args.loso, pays_at=args.pays_at,
+    options = retrain.TrainOptions(corpus=args.corpus, out=args.out, c=args.c,
+                                   max_iter=args.max_iter, loso=args.loso,
                                    settings=HashSettings(dim=args.hash_dim))
     try:
         evaluation = retrain.run(options, _err)

@@ -114,13 +114,11 @@ class TrainedScorer:
     bias: FloatArray
     num_mean: FloatArray
     num_scale: FloatArray
-    class_value: FloatArray
     # the text shares of recently seen field texts (system prompt, tool names, user turn)
     memo: FieldShares = field(init=False, compare=False, repr=False)
-    # derived once from the weights: standardising folded into the numeric layer, class values
+    # derived once from the weights: standardising folded into the numeric layer
     _w_num_scaled: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
     _bias_folded: npt.NDArray[np.float64] = field(init=False, compare=False, repr=False)
-    _values: tuple[float, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # ((x - mean) / scale) @ w + b == x @ (w / scale) + (b - (mean / scale) @ w)
@@ -129,7 +127,6 @@ class TrainedScorer:
                            (self.w_num / self.num_scale[:, None]).astype(np.float64))
         object.__setattr__(self, "_bias_folded",
                            (self.bias - (self.num_mean / self.num_scale) @ self.w_num).astype(np.float64))
-        object.__setattr__(self, "_values", tuple(float(v) for v in self.class_value))
         object.__setattr__(self, "memo", FieldShares(
             functools.partial(text_share, self.w_text, self.settings, len(self.classes))))
 
@@ -137,10 +134,9 @@ class TrainedScorer:
         probs = self._probabilities(view, features)
         if features.agent_structure and "agent" in self.classes:
             probs = _agent_by_structure(probs, self.classes.index("agent"))
-        p_spec = sum(p * v for p, v in zip(probs, self._values))
         return Scores(top_class=self.classes[probs.index(max(probs))],
                       lang=guess_lang(view, features), scores=dict(zip(self.classes, probs)),
-                      p_spec=min(max(p_spec, 0.0), 1.0), artifact=self.name)
+                      artifact=self.name)
 
     def probabilities(self, view: RequestView, features: Features) -> FloatArray:
         return np.array(self._probabilities(view, features), dtype=np.float32)
@@ -178,10 +174,12 @@ def load_artifact(path: Path | str = DEFAULT_ARTIFACT) -> TrainedScorer:
         settings = HashSettings.from_dict(meta["hash"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactError(f"{path}: bad hash settings ({exc})") from exc
+    # Artifacts written before p_spec became the decision's (the shipped one among them) also
+    # carry `class_value`, the classifier's old per-class p_spec map: its bytes are in their
+    # recorded digest, so `artifact.load` reads and checks it; the scorer ignores it.
     return TrainedScorer(
         name=str(meta.get("name") or f"lr-{meta['weights_sha256'][:8]}"), path=path,
         mtime=mtime, classes=tuple(meta["classes"]), settings=settings, meta=meta,
         w_text=arrays["w_text"], w_num=arrays["w_num"], bias=arrays["bias"],
         num_mean=arrays["num_mean"], num_scale=arrays["num_scale"],
-        class_value=arrays["class_value"],
     )

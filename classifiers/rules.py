@@ -12,7 +12,7 @@ from typing import Final
 from classifiers.features import Features
 from classifiers.language import guess_lang
 from classifiers.request_view import RequestView
-from classifiers.scores import CLASSES, Scores, p_spec_from_classes
+from classifiers.scores import CLASSES, Scores
 
 ARTIFACT_NAME: Final = "rules-v1"
 
@@ -39,12 +39,10 @@ def score(view: RequestView, features: Features) -> Scores:
     """Class probabilities from transparent rules; the top class gets most of the mass."""
     text = view.last_user_text
     top = _guess(text, features)
-    scores = {c: (0.8 if c == top else 0.05) for c in CLASSES}
     return Scores(
         top_class=top,
         lang=guess_lang(view, features),
-        scores=scores,
-        p_spec=round(p_spec_from_classes(scores), 4),
+        scores={c: (0.8 if c == top else 0.05) for c in CLASSES},
         artifact=ARTIFACT_NAME,
     )
 

@@ -1,10 +1,9 @@
 """Reading the decision log: the one reader of records across rotation, for every package.
 
-The proxy's learner, `specroute learn`, `specroute train --logs`, `tail` and `report` all read
-through here. Rotated sets are read oldest first (`log.N`, ..., `log.1`, `log`); anything that is
-not a record of a known `schema_version` (a partial last line, foreign text, a newer version) is
-skipped and counted in `ReadStats`. `LogFollower` follows a live log across rotation and
-truncation.
+The proxy's learner, `specroute learn`, `tail` and `report` all read through here. Rotated
+sets are read oldest first (`log.N`, ..., `log.1`, `log`); anything that is not a record of a
+known `schema_version` (a partial last line, foreign text, a newer version) is skipped and
+counted in `ReadStats`. `LogFollower` follows a live log across rotation and truncation.
 """
 
 from __future__ import annotations

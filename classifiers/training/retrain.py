@@ -1,12 +1,12 @@
-"""The retraining script behind `specroute train`: corpus (+ decision logs) -> evaluated,
-atomically written artifact, with its report beside it.
+"""The retraining script behind `specroute train`: corpus -> evaluated, atomically written
+artifact, with its report beside it.
 
 Edge module (reads files, writes the artifact): the pure parts live in `train`, `evaluate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,6 @@ from classifiers.tokenizer import TokenizerUnavailable, load_counter
 from classifiers.training import evaluate as ev
 from classifiers.training import train as tr
 from classifiers.training.data.build import corpus_sha256, read_corpus
-from classifiers.training.outcomes import LoggedOutcome, logged_outcomes
-from decisionlog.readers import read_records
 
 Log = Callable[[str], None]
 
@@ -30,11 +28,9 @@ Log = Callable[[str], None]
 class TrainOptions:
     corpus: Path
     out: Path
-    logs: Sequence[str] = ()
     c: float = tr.DEFAULT_C
     max_iter: int = 100
     loso: bool = True
-    pays_at: float = 0.5
     settings: HashSettings = field(default_factory=HashSettings)
 
 
@@ -75,28 +71,16 @@ def run(options: TrainOptions, log: Log) -> dict[str, Any]:
             rows, train_and_predict, labels, log)
     log("refitting on every row for the shipped model")
     final = tr.fit(encoded, c=options.c, max_iter=options.max_iter)
-    outcomes = _outcomes(options.logs, log)
-    values = tr.class_values(outcomes, options.pays_at, log)
-    meta, arrays = tr.artifact_meta(final, values, options.settings,
-                                    corpus_sha256(options.corpus), _summary(evaluation),
-                                    options.c, len(outcomes))
+    meta, arrays = tr.artifact_meta(final, options.settings, corpus_sha256(options.corpus),
+                                    _summary(evaluation), options.c)
     artifact.save(options.out, meta, arrays)
     md, png = report_paths(options.out)
     ev.write_report(md, png, evaluation, {
         "name": meta["name"], "artifact": options.out.name, "corpus rows": len(rows),
         "corpus sha256": meta["training"]["corpus_sha256"], "C": options.c,
-        "feature schema": meta["feature_schema_version"], "hash dim": options.settings.dim,
-        "logged outcomes used for p_spec": len(outcomes)})
+        "feature schema": meta["feature_schema_version"], "hash dim": options.settings.dim})
     log(f"wrote {options.out} ({meta['name']}), {md.name}, {png.name}")
     return evaluation
-
-
-def _outcomes(paths: Sequence[str], log: Log) -> list[LoggedOutcome]:
-    if not paths:
-        return []
-    outcomes = list(logged_outcomes(read_records(paths)))
-    log(f"decision logs: {len(outcomes)} outcomes")
-    return outcomes
 
 
 def _summary(evaluation: dict[str, Any]) -> dict[str, Any]:

@@ -2,16 +2,15 @@
 exported numpy weights (the artifact).
 
 Imports scikit-learn and scipy (the `train` extra); the serving path never imports this module.
-The class-probability-to-`p_spec` map starts from the class prior and is refined from logged
-outcomes (measured acceptance, or tokens/s of the two profiles) when decision logs are given.
+The artifact holds the classifier alone: whether speculation pays is the route model's to
+predict, from what the decision log teaches it (`policies.learner`), not the trainer's.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import median
 from typing import Any, Final
 
 import numpy as np
@@ -26,16 +25,13 @@ from classifiers.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, TokenCou
 from classifiers.model import numeric_row
 from classifiers.ngrams import HashSettings, hashed
 from classifiers.request_view import view_request
-from classifiers.scores import CLASS_SPEC_PRIOR, CLASSES
+from classifiers.scores import CLASSES
 from classifiers.training.data.rows import Row
-from classifiers.training.outcomes import LoggedOutcome
 
 FloatArray = npt.NDArray[np.float32]
 # Leave-one-source-out chose it: at C=2 the weak left-out sources score higher than at 8
 # (chitchat 0.58 against 0.56, evalscope 0.68 against 0.56) at the same held-out figure.
 DEFAULT_C: Final = 2.0
-# Pseudo-count of the class prior when logged outcomes refine a class's speculation value.
-PRIOR_STRENGTH: Final = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,49 +108,11 @@ def fit(data: Encoded, c: float = DEFAULT_C, max_iter: int = 400) -> Fitted:
                   num_mean=mean.astype(np.float32), num_scale=scale)
 
 
-def class_values(outcomes: Iterable[LoggedOutcome], pays_at: float,
-                 log: Callable[[str], None] = lambda _: None) -> FloatArray:
-    """Per class, the chance that speculation pays, from the prior and logged outcomes.
-
-    An outcome with measured acceptance counts as paying when acceptance >= `pays_at`; without
-    acceptance, an MTP outcome pays when its decode tokens/s beats the median plain tokens/s of
-    the same class. Each class's prior weighs as `PRIOR_STRENGTH` observations.
-    """
-    items = [o for o in outcomes if o.top_class in CLASSES]
-    plain_tps: dict[str, list[float]] = {c: [] for c in CLASSES}
-    for o in items:
-        if o.profile == "plain" and o.decode_tps:
-            plain_tps[o.top_class].append(o.decode_tps)
-    medians = {c: median(v) for c, v in plain_tps.items() if v}
-    pays = {c: 0.0 for c in CLASSES}
-    seen = {c: 0 for c in CLASSES}
-    for o in items:
-        if o.profile != "mtp":
-            continue
-        if o.acceptance is not None:
-            verdict = o.acceptance >= pays_at
-        elif o.decode_tps and o.top_class in medians:
-            verdict = o.decode_tps > medians[o.top_class]
-        else:
-            continue
-        pays[o.top_class] += float(verdict)
-        seen[o.top_class] += 1
-    values = []
-    for c in CLASSES:
-        prior = CLASS_SPEC_PRIOR[c]
-        values.append((prior * PRIOR_STRENGTH + pays[c]) / (PRIOR_STRENGTH + seen[c]))
-        if seen[c]:
-            log(f"p_spec value of {c}: prior {prior:.2f}, {seen[c]} logged MTP outcomes, "
-                f"now {values[-1]:.3f}")
-    return np.array(values, dtype=np.float32)
-
-
-def artifact_meta(fitted: Fitted, values: FloatArray, settings: HashSettings,
-                  corpus_sha256: str, metrics: Mapping[str, Any], c: float,
-                  n_logged: int) -> tuple[dict[str, Any], dict[str, FloatArray]]:
+def artifact_meta(fitted: Fitted, settings: HashSettings, corpus_sha256: str,
+                  metrics: Mapping[str, Any], c: float
+                  ) -> tuple[dict[str, Any], dict[str, FloatArray]]:
     arrays = {"w_text": fitted.w_text, "w_num": fitted.w_num, "bias": fitted.bias,
-              "num_mean": fitted.num_mean, "num_scale": fitted.num_scale,
-              "class_value": values}
+              "num_mean": fitted.num_mean, "num_scale": fitted.num_scale}
     arrays = {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
     digest = artifact.weights_digest(arrays)
     meta = {
@@ -165,7 +123,7 @@ def artifact_meta(fitted: Fitted, values: FloatArray, settings: HashSettings,
         "feature_names": list(FEATURE_NAMES),
         "classes": list(CLASSES),
         "hash": settings.as_dict(),
-        "training": {"corpus_sha256": corpus_sha256, "C": c, "logged_outcomes": n_logged},
+        "training": {"corpus_sha256": corpus_sha256, "C": c},
         "metrics": dict(metrics),
         "weights_sha256": digest,
     }

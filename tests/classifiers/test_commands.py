@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from classifiers.commands import register
-from decisionlog.writer import DecisionLog
-from tests.decisionlog.examples import make_record
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +49,8 @@ def test_classify_writes_one_line_per_input(tmp_path: Path,
     assert out[0]["id"] == "a" and out[0]["lang"] == "zh" and out[0]["class"] == "chat"
     assert "id" not in out[1] and out[1]["class"] == "prose"
     for result in out:
-        assert set(result) >= {"class", "lang", "scores", "p_spec"}
+        assert set(result) >= {"class", "lang", "scores"}
+        assert "p_spec" not in result  # the decision's to predict, not the classifier's
         assert abs(sum(result["scores"].values()) - 1.0) < 1e-3
 
 
@@ -70,24 +69,13 @@ def test_classify_refuses_a_bad_artifact(tmp_path: Path) -> None:
                  str(tmp_path / "in.jsonl")]) == 1
 
 
-def test_train_writes_artifact_report_and_uses_logs(tmp_path: Path, tiny_corpus: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    served = make_record(cls="chat", lang="zh", profile="mtp", draft_n=10, accepted=9, tps=40.0)
-    failed = make_record(cls="chat", lang="zh", status=502)
-    logs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    with DecisionLog(logs[0]) as log:
-        for record in [served] * 6 + [failed]:
-            log.write_record(record)
-    with DecisionLog(logs[1], rotate_mb=1e-4) as log:  # rotated: b.jsonl.1, ..., b.jsonl
-        for record in [served] * 4:
-            log.write_record(record)
-
+def test_train_writes_artifact_and_report(tmp_path: Path, tiny_corpus: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "model.npz"
     code = _run(["train", "--corpus", str(tiny_corpus), "--out", str(out), "--max-iter", "50",
-                 "--hash-dim", "4096", "--logs", *map(str, logs)])
+                 "--hash-dim", "4096"])
     assert code == 0
     captured = capsys.readouterr()
-    assert "decision logs: 10 outcomes" in captured.err
     assert out.exists() and (tmp_path / "model.report.md").exists()
     assert (tmp_path / "model.confusion.png").exists()
     printed = captured.out
@@ -95,8 +83,14 @@ def test_train_writes_artifact_report_and_uses_logs(tmp_path: Path, tiny_corpus:
     from classifiers.model import load_artifact
 
     scorer = load_artifact(out)
-    assert scorer.meta["training"]["logged_outcomes"] == 10
-    assert scorer.class_value[4] > 0.3  # chat's value moved up from its 0.3 prior
+    assert set(scorer.meta["training"]) == {"corpus_sha256", "C"}  # the corpus alone
+
+
+def test_train_reads_no_decision_log(tmp_path: Path, tiny_corpus: Path) -> None:
+    """Decision logs fed the classifier's own p_spec, which is gone: the option went with it."""
+    with pytest.raises(SystemExit) as exit_info:
+        _parser().parse_args(["train", "--corpus", str(tiny_corpus), "--logs", "d.jsonl"])
+    assert exit_info.value.code == 2
 
 
 def test_train_refuses_a_bad_hash_dim(tmp_path: Path, tiny_corpus: Path) -> None:

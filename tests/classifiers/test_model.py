@@ -22,19 +22,30 @@ from classifiers.training import train
 from classifiers.training.data.build import read_corpus
 
 
-def _score(path: Path, body: dict[str, object]) -> tuple[str, dict[str, float], float]:
+def _score(path: Path, body: dict[str, object]) -> tuple[str, dict[str, float]]:
     scorer = load_artifact(path)
     view = view_request("chat", body)
     scores = scorer.score(view, extract(view))
-    return scores.top_class, dict(scores.scores), scores.p_spec
+    return scores.top_class, dict(scores.scores)
 
 
 def test_scores_are_probabilities(tiny_artifact: Path) -> None:
-    top, scores, p_spec = _score(tiny_artifact, {"messages": [{"role": "user", "content": "hi"}]})
+    top, scores = _score(tiny_artifact, {"messages": [{"role": "user", "content": "hi"}]})
     assert set(scores) == set(CLASSES)
     assert abs(sum(scores.values()) - 1.0) < 1e-5
     assert top == max(scores, key=lambda c: scores[c])
-    assert 0.0 <= p_spec <= 1.0
+
+
+def test_the_classifier_says_nothing_of_whether_speculation_pays(tiny_artifact: Path) -> None:
+    """p_spec is the decision's (the route model's); a scorer's verdict and its log record
+    hold classes, language and the artifact's name only."""
+    from classifiers import rules
+
+    view = view_request("chat", {"messages": [{"role": "user", "content": "hi"}]})
+    for scores in (load_artifact(tiny_artifact).score(view, extract(view)),
+                   rules.score(view, extract(view))):
+        assert not hasattr(scores, "p_spec")
+        assert set(scores.as_dict()) == {"class", "lang", "scores", "artifact"}
 
 
 def test_numpy_scoring_matches_training(tiny_artifact: Path, tiny_corpus: Path) -> None:
@@ -114,6 +125,59 @@ def test_the_artifact_is_one_small_npz(tiny_artifact: Path) -> None:
     with zipfile.ZipFile(tiny_artifact) as archive:
         names = {n.removesuffix(".npy") for n in archive.namelist()}
     assert names == {"meta", *artifact.ARRAYS}
+    assert "class_value" not in names  # a new artifact holds no p_spec map
+
+
+def _with_arrays(source: Path, target: Path, **changes: np.ndarray | None) -> None:
+    """`source` with arrays replaced or added (a legacy one too) or, given None, dropped; its
+    recorded digest is that of the arrays it then holds, when it holds every required one."""
+    with np.load(source) as npz:
+        meta = json.loads(str(npz["meta"]))
+        held = {name: np.array(npz[name]) for name in npz.files if name != "meta"}
+    for name, value in changes.items():
+        if value is None:
+            held.pop(name)
+        else:
+            held[name] = value
+    if set(artifact.ARRAYS) <= set(held):
+        meta["weights_sha256"] = artifact.weights_digest(held)
+    np.savez_compressed(target, **held, meta=np.array(json.dumps(meta, sort_keys=True)))
+
+
+def test_an_artifact_written_before_p_spec_left_the_classifier_still_loads(
+    tiny_artifact: Path, tmp_path: Path
+) -> None:
+    """Older artifacts (the shipped one among them) also hold `class_value`, the classifier's
+    old per-class p_spec map: covered by their digest, checked, then ignored."""
+    with zipfile.ZipFile(DEFAULT_ARTIFACT) as archive:
+        assert "class_value.npy" in archive.namelist()
+    shipped = load_artifact(DEFAULT_ARTIFACT)
+    assert not hasattr(shipped, "class_value") and shipped.name == "lr-adbcdb8c"
+    old = tmp_path / "old.npz"
+    _with_arrays(tiny_artifact, old, class_value=np.full(len(CLASSES), 0.5, dtype=np.float32))
+    loaded = load_artifact(old)
+    assert loaded.name == load_artifact(tiny_artifact).name  # the name is in the metadata
+    view = view_request("chat", {"messages": [{"role": "user", "content": "hi"}]})
+    assert loaded.score(view, extract(view)).scores == pytest.approx(
+        load_artifact(tiny_artifact).score(view, extract(view)).scores)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "error"),
+    [
+        ({"bias": None}, "no bias array"),
+        ({"w_text": None, "w_num": None}, "no w_text array"),
+        ({"class_value": np.zeros(3, dtype=np.float32)}, r"class_value has shape \(3,\)"),
+        ({"class_value": np.full(len(CLASSES), np.nan, dtype=np.float32)}, "non-finite"),
+    ],
+)
+def test_an_incomplete_or_bad_artifact_is_refused_by_name(
+    tiny_artifact: Path, tmp_path: Path, arrays: dict[str, np.ndarray | None], error: str
+) -> None:
+    bad = tmp_path / "bad.npz"
+    _with_arrays(tiny_artifact, bad, **arrays)
+    with pytest.raises(ArtifactError, match=error):
+        load_artifact(bad)
 
 
 def test_serving_imports_neither_sklearn_nor_torch() -> None:
@@ -230,7 +294,6 @@ def test_remembered_field_shares_score_as_a_fresh_scorer_does_and_stay_bounded()
         remembered, fresh = scorer.score(view, features), load_artifact(DEFAULT_ARTIFACT).score(view, features)
         assert remembered.top_class == fresh.top_class
         assert remembered.scores == pytest.approx(fresh.scores, abs=1e-6)
-        assert remembered.p_spec == pytest.approx(fresh.p_spec, abs=1e-6)
     for i in range(200):  # new texts push old ones out: bounded
         view = view_request("chat", {"messages": [{"role": "user", "content": f"question {i}"}]})
         scorer.score(view, extract(view))

@@ -31,12 +31,12 @@ def make_record(
 ) -> RouteRecord:
     backend = backend if backend is not None else f"{profile}-0"
     decision: dict[str, Any] = {"profile": profile, "backend": backend, "reason": reason,
-                                "rule": "routes.x", "explored": explored, "speedup": speedup}
+                                "rule": "routes.x", "explored": explored, "speedup": speedup,
+                                "p_spec": p_spec}
     return RouteRecord(
         ts=ts, request_id=request_id, endpoint="/v1/chat/completions", model="m", stream=True,
         conversation="c", features={"n_tools": 0},
-        classifier={"class": cls, "lang": lang, "scores": {cls: 1.0}, "p_spec": p_spec,
-                    "artifact": "rules"},
+        classifier={"class": cls, "lang": lang, "scores": {cls: 1.0}, "artifact": "rules"},
         decision=decision,
         outcome=Outcome(status=status, error=error, backend=backend, profile=profile,
                         ttft_ms=ttft_ms, total_ms=1000.0, completion_tokens=tokens,

@@ -11,7 +11,6 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from classifiers.scores import CLASS_SPEC_PRIOR
 from policies.learner.learn import Observation
 from policies.learner.learned import acceptance_for_speedup
 from policies.learner.observation import request_inputs
@@ -23,6 +22,15 @@ GB10_SPEEDUP: Mapping[tuple[str, str], float] = {
     ("technical", "en"): 1.044,
     ("prose", "en"): 0.964,
     ("chat", "zh"): 0.963,
+}
+# The centre of each class's drawn p_spec (the GB10 ranking: agent > code > technical > prose ~
+# chat), so that the per-class tables see p_spec spread over bins as logged requests do.
+P_SPEC_CENTRE: Mapping[str, float] = {
+    "agent": 0.85,
+    "code": 0.75,
+    "technical": 0.6,
+    "prose": 0.3,
+    "chat": 0.3,
 }
 
 
@@ -69,7 +77,7 @@ def observations(
     keys = sorted(machine.acceptance)
     for i in range(n):
         cls, lang = keys[i % len(keys)]
-        p_spec = min(1.0, max(0.0, rng.gauss(CLASS_SPEC_PRIOR[cls], 0.1)))
+        p_spec = min(1.0, max(0.0, rng.gauss(P_SPEC_CENTRE[cls], 0.1)))
         inputs = request_inputs({"n_messages": 1}, {cls: 1.0})
         ts = f"2026-01-01T00:00:{i:07.3f}Z"
         if rng.random() < mtp_share:

@@ -30,8 +30,9 @@ def _log_line(o: Observation) -> str:
         ts="2026-11-30T12:00:00.000Z", request_id="r", endpoint="chat", model="m", stream=True,
         conversation="c",
         features={"temperature": 0.0, "thinking": False, "thinking_unset": True},
-        classifier={"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}, "p_spec": o.p_spec},
-        decision={"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned"},
+        classifier={"class": o.cls, "lang": o.lang, "scores": {o.cls: 1.0}},
+        decision={"profile": o.profile, "backend": f"{o.profile}-0", "reason": "learned",
+                  "p_spec": o.p_spec},
         outcome=Outcome(
             status=200, profile=o.profile, completion_tokens=o.completion_tokens,
             decode_tps=o.decode_tps, backend_tps=o.decode_tps, draft_n=o.draft_n,

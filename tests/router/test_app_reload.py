@@ -42,7 +42,7 @@ async def test_policy_edits_are_hot_reloaded_and_bad_ones_rejected(
     policy = tmp_path / "policy.yaml"
     shutil.copy(gb10_policy(tmp_path), policy)
     text = policy.read_text()
-    policy.write_text(text + "\n")  # the default routes technical to mtp (auto, rules p_spec)
+    policy.write_text(text + "\n")  # the default routes technical to mtp (auto: route model)
     stack = await start_stack(aiohttp_server, tmp_path, policy=str(policy))
     app = stack.proxy.app
     assert await _route(stack.base_url) == "mtp"

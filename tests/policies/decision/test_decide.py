@@ -35,7 +35,7 @@ CPU = RouteModel(LOCAL_PAIR, RouteEvidence())
 
 
 def _scores(cls: str, lang: str = "en") -> Scores:
-    return Scores(cls, lang, {cls: 1.0}, 0.5)
+    return Scores(cls, lang, {cls: 1.0})
 
 
 def _busy(name: str, profile: str, remaining_ms: float) -> BackendState:

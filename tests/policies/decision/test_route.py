@@ -37,8 +37,8 @@ def _policy(routes: dict[str, Any], **extra: Any) -> Policy:
     return Policy.model_validate({"routes": routes, **extra}, context=pool_context(["nothink"]))
 
 
-def _scores(cls: str, p_spec: float = 0.5, lang: str = "en") -> Scores:
-    return Scores(cls, lang, {cls: 1.0}, p_spec)
+def _scores(cls: str, lang: str = "en") -> Scores:
+    return Scores(cls, lang, {cls: 1.0})
 
 
 # --- the schema -----------------------------------------------------------------------------

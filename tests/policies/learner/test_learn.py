@@ -161,8 +161,8 @@ def _record(**outcome: object) -> dict[str, object]:
     return {
         "schema_version": 1,
         "features": {"temperature": 0.0, "thinking": False, "thinking_unset": True},
-        "classifier": {"class": "code", "lang": "en", "p_spec": 0.8},
-        "decision": {"profile": "mtp"},
+        "classifier": {"class": "code", "lang": "en"},
+        "decision": {"profile": "mtp", "p_spec": 0.8},
         "outcome": base,
     }
 
@@ -184,6 +184,27 @@ def test_observation_from_log_reads_a_record() -> None:
     )
     assert obs.paced and not obs.timed  # no total time logged: the arms learn nothing of it
     assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
+
+
+@pytest.mark.parametrize(
+    ("decision", "classifier", "p_spec"),
+    [
+        ({"p_spec": 0.8}, {}, 0.8),  # the decision's: the one p_spec there is
+        ({"p_spec": 0.8}, {"p_spec": 0.2}, 0.8),  # it wins over an older classifier's
+        ({"p_spec": None}, {"p_spec": 0.2}, 0.2),  # a record written before it was the decision's
+        ({}, {"p_spec": 0.2}, 0.2),
+        ({"p_spec": None}, {}, 0.5),  # neither: the middle
+        ({"p_spec": 1.7}, {}, 1.0),
+    ],
+)
+def test_the_learner_reads_the_decisions_p_spec_and_an_older_records_classifiers(
+    decision: dict[str, object], classifier: dict[str, object], p_spec: float
+) -> None:
+    record = _record()
+    record["decision"] = {"profile": "mtp", **decision}
+    record["classifier"] = {"class": "code", "lang": "en", **classifier}
+    obs = observation_from_log(record)
+    assert obs is not None and obs.p_spec == pytest.approx(p_spec)
 
 
 @pytest.mark.parametrize(
