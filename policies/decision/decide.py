@@ -1,4 +1,6 @@
-"""The routing decision: which backend instance serves one request.
+"""Placing one request once its route is known: the policy's rules in their fixed order, then
+the soonest predicted finish among the instances they allow (`decide_route` in
+`policies.decision.route` is the entry point that calls it).
 
 Pure: no I/O, no clock, no globals. Everything the decision depends on is in its two
 arguments (`policies.decision.ask`): the request (`Ask`: features, scores, the client's hints,

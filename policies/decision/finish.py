@@ -1,4 +1,5 @@
-"""The one decision rule: send a request to the healthy instance that will finish it soonest.
+"""The finish rule's arithmetic: the healthy instance that will finish a request soonest, its
+queue included (`policies.decision.decide` builds the candidates and asks it).
 
 Pure: no I/O, no clock (elapsed times come in with the in-flight requests), no globals.
 

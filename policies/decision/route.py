@@ -1,12 +1,14 @@
-"""The routing decision with pools and rewrites: which arm (pool, rewrite), then which instance.
+"""The decision's one entry point, `decide_route(ask, state)`: the pin, the allowed instances,
+the arm (pool, rewrite), then the instance.
 
-Pure: no I/O, no clock, no globals. Wraps `policies.decision.decide.decide`, in this order:
-1. The pins on the client's request (the `x-specroute-route` header, a model alias, an API
-   key) and a classifier failure: `decide` as always, the request sent unchanged. A header
-   naming a named pool sends the request there, unchanged.
+Pure: no I/O, no clock, no globals. In this order:
+1. The pins on the client's request (`policies.decision.pins`: the `x-specroute-route`
+   header, a model alias, an API key) and a classifier failure: `decide` as always, the
+   request sent unchanged. A header naming a named pool sends the request there, unchanged.
 2. The class route for the request's endpoint. A built-in route (`mtp | plain | auto`): `decide`
    as always, unchanged request.
-3. A pool route: an arm is chosen among the route's own arms (`policies.learner.arms`), and its rewrite
+3. A pool route: an arm is chosen among the route's own arms (`policies.decision.arms`, from the
+   learner's sums), and its rewrite
    is applied to the features, so that the rules after it judge the request as it will be sent.
    A built-in pool (`mtp`, `plain`, `auto`) then goes through `decide` (sampled, thinking and
    response_format overrides, then the soonest predicted finish). A named pool allows its
@@ -15,7 +17,7 @@ Pure: no I/O, no clock, no globals. Wraps `policies.decision.decide.decide`, in 
 
 Whatever allowed the instances, one rule picks among them: the soonest predicted finish
 (`policies.decision.decide.place`, `policies.decision.finish`), for a pool of any size. The uniform `draw` first
-serves the arm's exploration (`policies.learner.arms`), and what is left of it becomes the finish rule's
+serves the arm's exploration (`policies.decision.arms`), and what is left of it becomes the finish rule's
 Thompson draw.
 """
 

@@ -1,7 +1,9 @@
-"""Learning from logged outcomes: the route model's evidence (policies.learner.routemodel: what the
-decision uses) and, for `policy explain`, the dashboard and reports, per-class tables.
+"""The learner's one pass: observations in, one `LearnedState` out, every accumulator fed from
+the same list: the route model's evidence (`policies.learner.routemodel`: what the decision
+uses), the arms' sums (`policies.learner.arms`), and, for `policy explain`, the dashboard and
+reports, the per-class tables below.
 
-Pure: observations in, a `LearnedState` out; no I/O, no clock, no globals.
+Pure: no I/O, no clock, no globals.
 
 The per-class tables:
 Where the `mtp` instance reports draft statistics, the learner fits the depth-1 cost model
