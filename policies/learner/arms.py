@@ -60,11 +60,6 @@ class ArmStats:
     def completion_tokens(self) -> float:
         return self.tokens / self.n if self.n else math.nan
 
-    def plus(self, o: Observation) -> ArmStats:
-        rate = o.arm_tps
-        return ArmStats(self.arm, self.decode.plus(rate) if rate is not None else self.decode,
-                        self.total.plus(o.total_ms or 0.0), self.tokens + o.completion_tokens)
-
     def merged(self, other: ArmStats) -> ArmStats:
         return ArmStats(self.arm, self.decode.merged(other.decode),
                         self.total.merged(other.total), self.tokens + other.tokens)
@@ -116,16 +111,33 @@ EMPTY_ARMS: Final = ArmsState()
 
 
 def learn_arms(observations: Iterable[Observation]) -> ArmsState:
-    """The sums of every timed observation, per class and language and per class."""
-    stats: dict[str, dict[str, ArmStats]] = {}
+    """The sums of every timed observation, per class and language and per class (summed as
+    plain numbers first, one `ArmStats` per arm at the end: the online path runs this for
+    every batch of records)."""
+    sums: dict[tuple[str, str], list[float]] = {}
     n = 0
     for o in observations:
         if not o.timed:
             continue
         n += 1
+        rate, total = o.arm_tps, o.total_ms or 0.0
         for key in (f"{o.cls}/{o.lang}", f"{o.cls}/{ANY_LANG}"):
-            table = stats.setdefault(key, {})
-            table[o.arm] = table.get(o.arm, ArmStats(o.arm)).plus(o)
+            acc = sums.get((key, o.arm))
+            if acc is None:
+                acc = sums[(key, o.arm)] = [0.0] * 7
+            if rate is not None:
+                acc[0] += 1
+                acc[1] += rate
+                acc[2] += rate * rate
+            acc[3] += 1
+            acc[4] += total
+            acc[5] += total * total
+            acc[6] += o.completion_tokens
+    stats: dict[str, dict[str, ArmStats]] = {}
+    for (key, arm), acc in sums.items():
+        stats.setdefault(key, {})[arm] = ArmStats(
+            arm, ScalarEvidence(int(acc[0]), acc[1], acc[2]),
+            ScalarEvidence(int(acc[3]), acc[4], acc[5]), acc[6])
     return ArmsState(_sorted(stats), n)
 
 
