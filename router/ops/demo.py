@@ -28,7 +28,7 @@ import openai
 from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
-from policies import DEFAULT_POLICY, describe_model
+from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
 from router.learning import learn_now
@@ -156,9 +156,12 @@ async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str
 
 
 def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) -> str:
-    """Per true class: the route chosen on `auto`, acceptance, decode tokens/s per instance."""
+    """Per true class: the route chosen on `auto`, acceptance, decode tokens/s per instance (the
+    startup probe's records are the proxy's own measurements, not the workload's)."""
     rows: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
+        if r.decision.get("reason") == PROBE_REASON:
+            continue
         row = rows[true_class.get(r.request_id) or str(r.classifier.get("class"))]
         if r.decision["reason"] == "header":
             tps = r.outcome.decode_tps or r.outcome.backend_tps
