@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from policies.learner.arms import METRIC_DECODE, METRIC_TOTAL, ArmsState, ArmStats
-from policies.learner.learned import normal_cdf
+from policies.learner.speedup import normal_cdf
 from policies.policyfile.pools import Arm
 
 CONCLUSIVE: Final = 0.01  # below this chance of the ranking being wrong: no exploration

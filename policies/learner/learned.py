@@ -116,10 +116,6 @@ def acceptance_for_speedup(
     return (tokens_per_cycle - 1.0) / spec_share if spec_share > 0 else math.inf
 
 
-def normal_cdf(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
-
 # --- JSON ------------------------------------------------------------------------------------
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, Final
 
 import numpy as np
@@ -46,7 +45,6 @@ INPUTS: Final = (
     "log_prompt",  # log(1 + prompt tokens) / 10
     "turns",  # messages, capped at 20, scaled to [0, 1]
 )
-_STANDARD_NORMAL: Final = NormalDist()  # immutable
 # Prior spread of a weight that is not a class's or the machine-wide shift's.
 FEATURE_SD: Final = 0.05
 
@@ -152,6 +150,10 @@ def prior_weights(prior: MachinePrior) -> tuple[Vector, Vector]:
     return mean, var
 
 
+def normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """log-speedup ~ Normal(mean, sd) for one request (sd: the model's uncertainty)."""
@@ -173,7 +175,7 @@ class Prediction:
         """The probability that the speedup exceeds 1 (that speculation pays)."""
         if self.sd <= 0:
             return 1.0 if self.mean > 0 else 0.0
-        return _STANDARD_NORMAL.cdf(self.mean / self.sd)
+        return normal_cdf(self.mean / self.sd)
 
 
 # The joint model's parameters: the plain pace (log ms per token on a plain instance), the
