@@ -20,10 +20,9 @@ from policies.learner.observation import (
     observation_from_record,
     observations,
 )
-from policies.learner.pace import discount_note, far, paces, prior_note
+from policies.learner.pace import discount_note, far, paces, prior_note, prior_pace
 from policies.learner.routemodel import RouteEvidence, RouteModel, observe
 from policies.learner.speedup import PriorTerms, class_inputs
-from policies.policyfile.machine import MachinePrior
 from policies.policyfile.pools import POOL_NAME
 from policies.policyfile.rewrite import Applied, apply_rewrite
 from policies.policyfile.schema import Policy
@@ -44,7 +43,6 @@ __all__ = [
     "Decision",
     "Held",
     "LearnedState",
-    "MachinePrior",
     "Observation",
     "Policy",
     "PolicyStore",
@@ -73,5 +71,6 @@ __all__ = [
     "paces",
     "predicted_speedup",
     "prior_note",
+    "prior_pace",
     "queued_work",
 ]

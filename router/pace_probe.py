@@ -15,12 +15,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import numpy as np
+
 from backends.capability import ProbeResult, TimedProbe
 from backends.spec import BackendSpec
 from classifiers.features import TokenCounter, extract
 from classifiers.request_view import view_request
 from decisionlog.records import Outcome, RouteRecord
-from policies import PROBE_REASON, MachinePrior, RouteModel, discount_note, far
+from policies import (
+    PROBE_REASON,
+    RouteModel,
+    discount_note,
+    far,
+    observation_from_record,
+    prior_pace,
+)
 from router.scoring import Scorer, score_safely
 
 PROBE_RULE = "startup_probe"
@@ -67,20 +76,16 @@ def _record(name: str, profile: str, probe: TimedProbe, scorer: Scorer,
 
 
 def measured_notes(records: Sequence[RouteRecord], model: RouteModel) -> list[str]:
-    """Per probed instance, its measured ms per token against what the prior expected there,
-    where they differ by more than `FAR_FACTOR` ('prior gb10-ds4 says 68 ms/token, plain-0
-    measures 6.9: the prior is discounted')."""
-    prior: MachinePrior = model.prior
+    """Per probed instance, its measured ms per token against what the prior expected for that
+    request there, where they differ by more than `FAR_FACTOR` ('prior gb10-ds4 says 68
+    ms/token on plain, plain-0 measures 6.9: the prior is discounted')."""
     notes = []
     for record in records:
-        o = record.outcome
-        tps = o.backend_tps or o.decode_tps
-        if not tps:
+        o = observation_from_record(record)
+        if o is None or not o.paced or o.inputs is None:
             continue
-        measured = 1000.0 / tps
-        expected = prior.t_plain_ms
-        if o.profile == "mtp":
-            expected /= prior.class_speedup.get(str(record.classifier.get("class")), 1.0)
-        if far(measured, expected):
-            notes.append(discount_note(prior.name, o.profile, expected, o.backend, measured))
+        expected = prior_pace(model.prior, o.profile, np.array(o.inputs, dtype=np.float64))
+        if far(o.ms_per_token, expected):
+            notes.append(discount_note(model.prior.name, o.profile, expected, o.backend,
+                                       o.ms_per_token))
     return notes

@@ -56,11 +56,16 @@ def paces(model: RouteModel) -> tuple[Pace, Pace]:
     a[PACE], a[WEIGHTS] = 1.0, -x
     mean = float(a @ model.posterior.mean)
     sd = math.sqrt(max(float(a @ model.posterior.cov @ a), 0.0))
-    prior_speedup = math.exp(float(x @ prior_weights(prior)[0]))
     mtp = Pace("mtp", math.exp(mean), math.exp(mean - sd), math.exp(mean + sd), e.n_mtp,
-               e.probes.get("mtp", 0), model.pace_source("mtp"),
-               prior.t_plain_ms / prior_speedup)
+               e.probes.get("mtp", 0), model.pace_source("mtp"), prior_pace(prior, "mtp", x))
     return plain, mtp
+
+
+def prior_pace(prior: MachinePrior, profile: str, x: Vector) -> float:
+    """The ms per token the prior expects on `profile` for a request with speedup inputs `x`."""
+    if profile != "mtp":
+        return prior.t_plain_ms
+    return prior.t_plain_ms / math.exp(float(x @ prior_weights(prior)[0]))
 
 
 def typical_mtp_inputs(model: RouteModel) -> Vector:
