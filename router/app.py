@@ -19,7 +19,6 @@ from aiohttp import web
 
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
-from decisionlog.records import RouteRecord
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, paces
 from router import handlers
@@ -33,7 +32,7 @@ from router.online import OnlineModel
 from router.pace_probe import measured_notes, probe_records
 from router.pool import BackendPool
 from router.scoring import ScorerHolder
-from router.sinks import RecordQueue, RecordSink, SinkHealth
+from router.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
 from router.state import (
     ASK_MEMO,
     CONFIG,
@@ -141,9 +140,8 @@ async def _record_probe(app: web.Application) -> AsyncIterator[None]:
     if result is not None:
         records = probe_records(result, app[CONFIG].backends, app[SCORER].current, app[TOKENS],
                                 app[DEPS].wall_clock())
-        for record in records:
-            app[RECORDS].put(functools.partial(_same, record))
-        app[RECORDS].flush()
+        sinks = app[SINKS]
+        write_batch(sinks, records, app[SINK_HEALTH])  # as any batch of records
         model = app[ONLINE].model
         plain, mtp = paces(model)
         log.info("paces_measured", prior=model.prior.name, probes=len(records),
@@ -153,10 +151,6 @@ async def _record_probe(app: web.Application) -> AsyncIterator[None]:
         for note in measured_notes(records, model):
             log.warning("prior_discounted", detail=note)
     yield
-
-
-def _same(record: RouteRecord) -> RouteRecord:
-    return record
 
 
 async def _reloader(app: web.Application) -> AsyncIterator[None]:

@@ -38,7 +38,7 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
              log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
              plain_outcomes=state.evidence.plain.n,
-             through=state.evidence.through, path=str(store.learned_path))
+             through=state.through, path=str(store.learned_path))
     return state
 
 
