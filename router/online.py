@@ -78,25 +78,27 @@ class OnlineModel:
 
     @property
     def model(self) -> RouteModel:
-        snapshot = self._store.snapshot
-        if snapshot is not self._snapshot or self._model is None:
-            self._rebase(snapshot)
-        assert self._model is not None
-        return self._model
+        return self._current()
 
     @property
     def arms(self) -> ArmsState:
         """The arms' sums: the learned file's plus the records added since."""
-        if self._store.snapshot is not self._snapshot or self._model is None:
-            self._rebase(self._store.snapshot)
+        self._current()
         return self._arms
 
     @property
     def online_records(self) -> int:
         """Records added since the learned state in force was learned."""
-        if self._store.snapshot is not self._snapshot or self._model is None:
-            self._rebase(self._store.snapshot)
+        self._current()
         return len(self._pending)
+
+    def _current(self) -> RouteModel:
+        """The model over the store's snapshot in force, rebased when that snapshot changed."""
+        snapshot = self._store.snapshot
+        if snapshot is not self._snapshot or self._model is None:
+            self._rebase(snapshot)
+        assert self._model is not None
+        return self._model
 
     def write_record(self, record: RouteRecord) -> None:
         self.write_records((record,))
