@@ -56,7 +56,8 @@ def decide_route(ask: Ask, state: State) -> Routed:
     """The one entry point: the arm and the instance for one request (the order is in the
     module's docstring): the client's pin, the class route, the arm, the soonest finish."""
     policy, scores, backends = state.policy, ask.scores, state.backends
-    pin = request_pin(policy, ask.context, state.pools)
+    # the named pools matter only to a header naming one: not gathered for every request
+    pin = request_pin(policy, ask.context, state.pools if ask.context.header_route else ())
     if pin is not None and pin.pool:
         decision = place_in_pool(ask, state, pin.target, (pin.reason, pin.rule),
                                  z=normal_draw(ask.draw))
