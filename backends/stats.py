@@ -146,14 +146,15 @@ def parse_prometheus(text: str) -> dict[str, float]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        parsed = _sample(line)
+        parsed = parse_sample(line)
         if parsed is not None:
             name, value = parsed
             totals[name] = totals.get(name, 0.0) + value
     return totals
 
 
-def _sample(line: str) -> tuple[str, float] | None:
+def parse_sample(line: str) -> tuple[str, float] | None:
+    """One exposition line -> (metric name, value); None for junk or NaN."""
     brace = line.find("{")
     if brace >= 0:
         close = line.rfind("}")

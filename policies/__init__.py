@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision
-from policies.decision.finish import queued_work
+from policies.decision.finish import queued_work, with_others
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
 from policies.decision.sessions import Held, SessionTable, conversation_key
@@ -22,16 +22,25 @@ from policies.learner.observation import (
 )
 from policies.learner.pace import discount_note, far, paces, prior_note, prior_pace
 from policies.learner.routemodel import RouteEvidence, RouteModel, observe
+from policies.learner.shared import (
+    EMPTY_SUMS,
+    SharedSumsError,
+    Sums,
+    sums_from_json,
+    sums_to_json,
+    total_sums,
+)
 from policies.learner.speedup import PriorTerms, class_inputs
 from policies.policyfile.pools import POOL_NAME
 from policies.policyfile.rewrite import Applied, apply_rewrite
 from policies.policyfile.schema import Policy
 from policies.policyfile.words import ROUTE_WORDS
-from policies.store import DEFAULT_POLICY, PolicyStore, Snapshot, learn_to_file
+from policies.store import DEFAULT_POLICY, PolicyStore, Snapshot, learn_to_file, learned_path_for
 
 __all__ = [
     "DEFAULT_POLICY",
     "EMPTY_ARMS",
+    "EMPTY_SUMS",
     "POOL_NAME",
     "PROBE_REASON",
     "ROUTE_WORDS",
@@ -52,8 +61,10 @@ __all__ = [
     "RouteModel",
     "Routed",
     "SessionTable",
+    "SharedSumsError",
     "Snapshot",
     "State",
+    "Sums",
     "apply_rewrite",
     "arm_rows",
     "class_inputs",
@@ -65,6 +76,7 @@ __all__ = [
     "has_extra_arms",
     "learn_arms",
     "learn_to_file",
+    "learned_path_for",
     "observation_from_record",
     "observations",
     "observe",
@@ -73,4 +85,8 @@ __all__ = [
     "prior_note",
     "prior_pace",
     "queued_work",
+    "sums_from_json",
+    "sums_to_json",
+    "total_sums",
+    "with_others",
 ]

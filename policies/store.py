@@ -44,10 +44,14 @@ _PROBLEM = re.compile(r"^(?P<file>.*?):(?P<line>\d+): (?:(?P<field>[^:]+): )?(?P
 log = structlog.get_logger("specroute.policy")
 
 
-def learned_path_for(policy_path: str | Path) -> Path:
-    """Where the learned state for a policy lives: `default.yaml` -> `default.learned.json`."""
+def learned_path_for(policy_path: str | Path, replica: str = "") -> Path:
+    """Where the learned state for a policy lives: `default.yaml` -> `default.learned.json`;
+    one replica's, among several on one host: `default.learned.<replica>.json`."""
     path = Path(policy_path)
-    return path.with_name(path.stem + LEARNED_SUFFIX)
+    if not replica:
+        return path.with_name(path.stem + LEARNED_SUFFIX)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", replica)
+    return path.with_name(f"{path.stem}.learned.{safe}.json")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,17 +20,19 @@ from aiohttp import web
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
-from policies import PolicyStore, SessionTable, paces
+from policies import PolicyStore, SessionTable, learned_path_for, paces
 from router import handlers
 from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
 from router.config import Config
+from router.engine_load import engine_gauges
 from router.errors import openai_errors
 from router.learning import background_learner
 from router.online import OnlineModel
 from router.pace_probe import measured_notes, probe_records
 from router.pool import BackendPool
+from router.replicas import replica_id, replicas
 from router.scoring import ScorerHolder
 from router.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
 from router.state import (
@@ -64,11 +66,15 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     deps = deps or Deps()
     max_body = int(config.limits.max_body_mb * 2**20)
     app = web.Application(middlewares=[openai_errors], client_max_size=max_body)
-    store = PolicyStore(config.policy, now=deps.clock(), pools=config.pools)
+    # replicas on one host share the policy's directory: each learns into its own file
+    learned = (learned_path_for(config.policy, replica_id(config)) if config.replicas.store
+               else None)
+    store = PolicyStore(config.policy, learned, now=deps.clock(), pools=config.pools)
     stickiness = store.policy.stickiness
     app[CONFIG] = config
     app[DEPS] = deps
-    app[POOL] = BackendPool(config.backends, pools=config.pools)
+    app[POOL] = BackendPool(config.backends, pools=config.pools,
+                            load_max_age_s=config.load.max_age_s)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
     app[POLICY] = store
     app[SESSIONS] = SessionTable(stickiness.max_conversations, stickiness.ttl_s)
@@ -86,6 +92,8 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(_record_probe)
     app.cleanup_ctx.append(_reloader)
     app.cleanup_ctx.append(background_learner)
+    app.cleanup_ctx.append(engine_gauges)
+    app.cleanup_ctx.append(replicas)
     handlers.add_routes(app)
     metrics = MetricsAddon(admin_token=config.admin.token)
     install(app, [metrics, DashboardAddon(admin_token=config.admin.token)])

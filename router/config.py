@@ -68,6 +68,43 @@ class LearnConfig(_Strict):
     )
 
 
+class LoadConfig(_Strict):
+    gauges: bool = Field(
+        True, description="read each engine's own queue gauges from its /metrics (llama.cpp, "
+        "vLLM, SGLang), so that requests others put on an instance count in the finish rule"
+    )
+    interval_s: float = Field(0.1, gt=0, description="how often the gauges are read")
+    timeout_s: float = Field(0.5, gt=0, description="a scrape slower than this is ignored")
+    max_age_s: float = Field(
+        1.0, gt=0, description="load seen longer ago than this (a gauge, or another replica's "
+        "published count) is no longer counted"
+    )
+
+
+class ReplicasConfig(_Strict):
+    store: str = Field(
+        "", description="redis://host:port/db that the replicas share ('': one process, "
+        "nothing shared)"
+    )
+    id: str = Field(
+        "", description="this replica's name, the same across its restarts ('': the host name "
+        "and listen port)"
+    )
+    namespace: str = Field(
+        "specroute", pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="key prefix in the store: the replicas of one fleet share it (and one policy)"
+    )
+    sync_interval_s: float = Field(
+        1.0, gt=0, description="publish this replica's learned sums and read the others' "
+        "this often"
+    )
+    load_interval_s: float = Field(
+        0.1, gt=0, description="publish this replica's in-flight counts (for engines with no "
+        "gauges) and read the others' this often"
+    )
+    timeout_s: float = Field(0.5, gt=0, description="a store call slower than this has failed")
+
+
 class Config(_Strict):
     listen: Listen = Field(default_factory=Listen)
     backends: list[BackendSpec] = Field(..., min_length=1)
@@ -89,6 +126,8 @@ class Config(_Strict):
     supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
     learn: LearnConfig = Field(default_factory=LearnConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    load: LoadConfig = Field(default_factory=LoadConfig)
+    replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
 
     @model_validator(mode="after")
     def _names(self) -> Config:
@@ -149,4 +188,5 @@ def load_config(path: str | Path) -> Config:
     return config.resolved(Path(path).resolve().parent)
 
 
-__all__ = ["Config", "ConfigError", "Limits", "Listen", "LogConfig", "load_config"]
+__all__ = ["Config", "ConfigError", "Limits", "Listen", "LoadConfig", "LogConfig",
+           "ReplicasConfig", "load_config"]

@@ -188,10 +188,12 @@ def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, s
     if result.backend and not result.error:
         pool.mark_served(result.backend)
         if 200 <= result.status < 300 and not result.client_disconnected:
-            app[state.SESSIONS].remember(
-                plan.conversation, result.backend, result.profile,
-                result.meter.report.prompt_tokens or plan.features.prompt_tokens, now,
-            )
+            prompt_tokens = result.meter.report.prompt_tokens or plan.features.prompt_tokens
+            app[state.SESSIONS].remember(plan.conversation, result.backend, result.profile,
+                                         prompt_tokens, now)
+            link = app.get(state.REPLICAS)
+            if link is not None:  # the next turn may reach another replica
+                link.share_turn(plan.conversation, result.backend, result.profile, prompt_tokens)
     # The record is built and written with the others that finish within the next few ms
     # (router/sinks.RecordQueue): the answer has left already.
     app[state.RECORDS].put(functools.partial(
@@ -264,6 +266,12 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+def _store_status(app: web.Application) -> dict[str, Any]:
+    """The shared store's state (router/replicas); `off` for one process."""
+    link = app.get(state.REPLICAS)
+    return {"state": "off"} if link is None else link.health.describe()
+
+
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
     supervisor = app.get(state.SUPERVISOR)
@@ -276,7 +284,8 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response(
         {"ready": ready, "backends": pool.describe(now),
          "record_sinks": app[state.SINK_HEALTH].describe(),
-         "route_model": pace_status(app[state.ONLINE].model)},
+         "route_model": pace_status(app[state.ONLINE].model),
+         "store": _store_status(app)},
         status=200 if ready else 503,
     )
 

@@ -7,6 +7,11 @@ written since are added here in order, a batch at a time (what finished within
 `Deps.record_interval_s`, 20 ms: one posterior rebuild per batch), so that requests are decided
 with outcomes at most that old. When a newer learned file is swapped in, the records it already covers are dropped
 from the online part (they are counted once). A record sink; no I/O.
+
+With replicas (router/replicas), the model adds the other replicas' published sums
+(`set_others`), and this replica's own sums (`own_sums`: its learned state plus what it added
+since) are what it publishes. A restarted replica gets back the sums it had published
+(`restore_own`): they stand for its learned state until a learned file covers more records.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies import (
     EMPTY_ARMS,
+    EMPTY_SUMS,
     ArmsState,
     Observation,
     PolicyStore,
@@ -28,6 +34,7 @@ from policies import (
     RouteEvidence,
     RouteModel,
     Snapshot,
+    Sums,
     class_inputs,
     learn_arms,
     observation_from_record,
@@ -75,6 +82,9 @@ class OnlineModel:
         self._arms = EMPTY_ARMS
         self._model: RouteModel | None = None
         self._terms: tuple[object, PriorTerms] | None = None  # (prior, its terms)
+        self._others = EMPTY_SUMS  # the other replicas' published sums
+        self._restored: Sums | None = None  # this replica's own, as it last published them
+        self._fixed_sums: tuple[tuple[object, object, object], Sums] | None = None
 
     @property
     def model(self) -> RouteModel:
@@ -91,6 +101,52 @@ class OnlineModel:
         """Records added since the learned state in force was learned."""
         self._current()
         return len(self._pending)
+
+    def own_sums(self) -> Sums:
+        """This replica's own sums (its learned state and the records added since): what it
+        publishes to the other replicas."""
+        snapshot = self._snapshot_in_force()
+        recent_through = self._pending[-1].observation.ts if self._pending else ""
+        return self._base(snapshot).merged(Sums(self._recent, self._recent_arms, recent_through))
+
+    def set_others(self, others: Sums) -> None:
+        """The other replicas' sums, added to this replica's own from now on."""
+        self._others = others
+        snapshot = self._snapshot_in_force()
+        self._model = self._build(snapshot)
+
+    def restore_own(self, published: Sums) -> bool:
+        """The sums this replica published before it restarted: its learned state while they
+        cover more records than the learned file (records they cover are not added again).
+        True when they took effect."""
+        snapshot = self._snapshot_in_force()
+        if published.through <= self._base(snapshot).through:
+            return False
+        self._restored = published
+        self._rebase(snapshot, force=True)
+        return True
+
+    def _snapshot_in_force(self) -> Snapshot:
+        self._current()
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def _base(self, snapshot: Snapshot) -> Sums:
+        """The learned part: the learned file's sums, or the restored ones when newer."""
+        learned = snapshot.learned
+        if self._restored is not None and self._restored.through > learned.through:
+            return self._restored
+        return Sums(learned.evidence, learned.arms, learned.through)
+
+    def _fixed(self, snapshot: Snapshot) -> Sums:
+        """The learned part plus the other replicas': added once per change, not per batch."""
+        key = (snapshot.learned, self._restored, self._others)
+        cached = self._fixed_sums
+        if cached is None or any(a is not b for a, b in zip(cached[0], key, strict=True)):
+            base = self._base(snapshot)
+            merged = base if self._others is EMPTY_SUMS else base.merged(self._others)
+            self._fixed_sums = cached = (key, merged)
+        return cached[1]
 
     def _current(self) -> RouteModel:
         """The model over the store's snapshot in force, rebased when that snapshot changed."""
@@ -120,14 +176,15 @@ class OnlineModel:
         self._recent_arms = self._recent_arms.merged(learn_arms(observations))
         self._model = self._build(snapshot)
 
-    def _rebase(self, snapshot: Snapshot) -> None:
+    def _rebase(self, snapshot: Snapshot, *, force: bool = False) -> None:
         """A new snapshot: keep only the records its learned file does not cover (a new policy
         with the same learned state keeps everything added online: only the prior changes)."""
-        if self._snapshot is not None and snapshot.learned is self._snapshot.learned:
+        if (not force and self._snapshot is not None
+                and snapshot.learned is self._snapshot.learned):
             self._snapshot = snapshot
             self._model = self._build(snapshot)
             return
-        through = snapshot.learned.through
+        through = self._base(snapshot).through
         kept = [k for k in self._pending if not through or k.observation.ts > through]
         self._pending = deque(kept, maxlen=MAX_PENDING)
         recent = RouteEvidence()
@@ -142,8 +199,9 @@ class OnlineModel:
         # The prior's terms are the same for every record until the prior itself changes.
         if self._terms is None or self._terms[0] is not snapshot.prior:
             self._terms = (snapshot.prior, PriorTerms.of(snapshot.prior))
-        evidence = snapshot.learned.evidence.merged(self._recent)
-        self._arms = snapshot.learned.arms.merged(self._recent_arms)
+        fixed = self._fixed(snapshot)
+        evidence = fixed.evidence.merged(self._recent)
+        self._arms = fixed.arms.merged(self._recent_arms)
         return RouteModel(snapshot.prior, evidence, self._terms[1])
 
 

@@ -4,6 +4,12 @@ Health comes from two places: the supervisor's probes (`set_health`) and what re
 (`mark_failed` after a refused connection or a 5xx). A backend marked failed by a request is
 skipped for `retry_after_s`, then tried again, so that a dead instance costs one failed connect
 per interval rather than one per request.
+
+Load is the router's own in-flight work plus what others put on an instance: the engine's own
+queue gauges (`note_engine_load`, scraped by router/engine_load) count every request there, so
+what they show beyond this replica's in-flight requests is someone else's; for engines with no
+gauges, the other replicas' published in-flight counts (`note_shared_inflight`, from
+router/replicas). Either is trusted only while fresh (`load_max_age_s`).
 """
 
 from __future__ import annotations
@@ -12,9 +18,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
+from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import BackendState, queued_work
+from policies import BackendState, queued_work, with_others
+
+# A request's predicted service time, averaged per instance with this weight for the newest: the
+# price of a request someone else put there (its own prediction is not known here).
+TYPICAL_WEIGHT = 0.1
 
 
 @dataclass(slots=True)
@@ -29,9 +40,23 @@ class BackendRuntime:
     started: int = 0  # requests ever sent here (tells whether two requests overlapped)
     # ticket -> (predicted service ms, when it was sent): the queue the finish rule prices
     running: dict[int, tuple[float, float]] = field(default_factory=dict)
+    typical_ms: float = 0.0  # the predicted service time of a request here, averaged
+    gauge: EngineLoad | None = None  # the engine's own count, at its last good scrape
+    gauge_others: int = 0  # what that count showed beyond this replica's requests
+    gauge_at: float = -1e18
+    shared_others: int = 0  # other replicas' in-flight requests here (engines with no gauges)
+    shared_at: float = -1e18
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
+
+    def others(self, now: float, max_age_s: float) -> int:
+        """Requests on the instance that this replica did not send, as last seen."""
+        if now - self.gauge_at <= max_age_s:
+            return self.gauge_others
+        if now - self.shared_at <= max_age_s:
+            return self.shared_others
+        return 0
 
 
 class BackendPool:
@@ -41,10 +66,12 @@ class BackendPool:
         *,
         retry_after_s: float = 5.0,
         pools: Mapping[str, Iterable[str]] | None = None,
+        load_max_age_s: float = 1.0,
     ) -> None:
         self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
         self._targets = {name: self._target(b.spec) for name, b in self._backends.items()}
         self._retry_after_s = retry_after_s
+        self._load_max_age_s = load_max_age_s
         self._tickets = count(1)
         # backend -> the named pools it belongs to (config.yaml `pools`)
         self._pools = {
@@ -60,13 +87,39 @@ class BackendPool:
         return self._backends[name]
 
     def states(self, now: float) -> list[BackendState]:
-        return [
+        states = []
+        fallback_ms = self._mean_typical_ms()
+        for b in self._backends.values():
             # every decision reads every instance's queue: summed up here, not one object per
             # request in flight
-            BackendState(b.spec.name, b.spec.profile, b.healthy(now), b.inflight,
-                         pools=self._pools[b.spec.name], queued=queued_work(b.running.values(), now))
-            for b in self._backends.values()
-        ]
+            queued = queued_work(b.running.values(), now)
+            others = b.others(now, self._load_max_age_s)
+            if others:
+                queued = with_others(queued, others, b.typical_ms or fallback_ms)
+            states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
+                                       b.inflight + others, pools=self._pools[b.spec.name],
+                                       queued=queued))
+        return states
+
+    def _mean_typical_ms(self) -> float:
+        known = [b.typical_ms for b in self._backends.values() if b.typical_ms > 0]
+        return sum(known) / len(known) if known else 0.0
+
+    def note_engine_load(self, name: str, load: EngineLoad, now: float) -> None:
+        """The engine's own queue gauges, just read: what they count beyond this replica's
+        in-flight requests is someone else's (a request of ours that the engine has not seen
+        yet makes this low, never high)."""
+        backend = self._backends[name]
+        backend.gauge, backend.gauge_at = load, now
+        backend.gauge_others = max(0, load.requests - backend.inflight)
+
+    def note_shared_inflight(self, counts: Mapping[str, int], now: float) -> None:
+        """The other replicas' in-flight requests per instance (their published counts)."""
+        for name, backend in self._backends.items():
+            backend.shared_others, backend.shared_at = max(0, counts.get(name, 0)), now
+
+    def own_inflight(self) -> dict[str, int]:
+        return {name: b.inflight for name, b in self._backends.items()}
 
     def any_healthy(self, now: float) -> bool:
         return any(b.healthy(now) for b in self._backends.values())
@@ -105,6 +158,10 @@ class BackendPool:
             backend.inflight += 1
             backend.started += 1
             backend.running[ticket] = (predicted_ms, now)
+            if predicted_ms > 0:
+                backend.typical_ms = (predicted_ms if backend.typical_ms <= 0 else
+                                      backend.typical_ms + TYPICAL_WEIGHT
+                                      * (predicted_ms - backend.typical_ms))
         return ticket
 
     def end(self, name: str, ticket: int = 0) -> None:
@@ -122,6 +179,10 @@ class BackendPool:
                 "url": b.spec.base_url,
                 "healthy": b.healthy(now),
                 "inflight": b.inflight,
+                "others_inflight": b.others(now, self._load_max_age_s),
+                "engine_gauges": (None if b.gauge is None else
+                                  {"running": b.gauge.running, "waiting": b.gauge.waiting,
+                                   "age_s": round(now - b.gauge_at, 3)}),
                 "served": b.served,
                 "failures": b.failures,
                 "last_error": b.last_error,

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +24,10 @@ from router.online import OnlineModel
 from router.pool import BackendPool
 from router.scoring import Scorer, ScorerHolder
 from router.sinks import RecordQueue, RecordSink, SinkHealth
+
+if TYPE_CHECKING:
+    from router.engine_load import GaugeScrapes
+    from router.replicas import ReplicaLink
 
 
 @dataclass(frozen=True)
@@ -66,5 +71,8 @@ SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
 PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
+# backend -> its gauge scrapes (router/engine_load.GaugeScrapes)
+GAUGE_SCRAPES: web.AppKey[dict[str, GaugeScrapes]] = web.AppKey("gauge_scrapes")
+REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

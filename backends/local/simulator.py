@@ -94,6 +94,10 @@ class SimState:
     greedy_only: bool = False
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     busy_s: float = 0.0  # time spent serving (paced), for utilisation figures
+    serving: int = 0  # requests past the queue (the rest of `inflight` wait their turn)
+    # What /metrics says of the queue, as llama-server's gauges: "true"; or a lie for fault
+    # tests: "negative", "garbage" (not a number), "slow" (answers after 5 s), "none" (absent)
+    gauges: str = "true"
 
 
 SIM_STATE = web.AppKey("sim_state", SimState)
@@ -124,8 +128,28 @@ async def _metrics(request: web.Request) -> web.Response:
         f'vllm:spec_decode_num_draft_tokens_total{{model_name="{state.model}"}} {state.drafted_total}.0\n'
         "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
         f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{state.model}"}} {state.accepted_total}.0\n'
-    )
+    ) + await _gauges(state)
     return web.Response(text=text, content_type="text/plain")
+
+
+async def _gauges(state: SimState) -> str:
+    """llama-server's queue gauges (`--metrics`), or the lie the state asks for."""
+    if state.gauges == "none":
+        return ""
+    if state.gauges == "slow":
+        await asyncio.sleep(5.0)
+    processing, deferred = state.serving, state.inflight - state.serving
+    if state.gauges == "negative":
+        processing, deferred = -3, -1
+    value = "busy" if state.gauges == "garbage" else ""
+    return (
+        "# HELP llamacpp:requests_processing Number of requests processing.\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        f"llamacpp:requests_processing {value or processing}\n"
+        "# HELP llamacpp:requests_deferred Number of requests deferred.\n"
+        "# TYPE llamacpp:requests_deferred gauge\n"
+        f"llamacpp:requests_deferred {value or deferred}\n"
+    )
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -188,6 +212,7 @@ async def _serve(
 ) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     began = loop.time()
+    state.serving += 1
     try:
         plan = _plan(state, body)
         state.drafted_total += plan.draft_n
@@ -197,6 +222,7 @@ async def _serve(
         await asyncio.sleep(plan.total_s * state.time_scale)
         return web.json_response(_full_response(request.path, state, body, plan))
     finally:
+        state.serving -= 1
         state.busy_s += loop.time() - began
 
 

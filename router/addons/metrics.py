@@ -30,7 +30,7 @@ from decisionlog.summary import (
 from router.addons.addon import Addon
 from router.admin import guard_admin
 from router.online import model_status
-from router.state import DEPS, ONLINE, POLICY, POOL, SUPERVISOR
+from router.state import DEPS, GAUGE_SCRAPES, ONLINE, POLICY, POOL, REPLICAS, SUPERVISOR
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -95,6 +95,22 @@ class Metrics:
         self.sink_failures = Counter(
             "record_sink_failures", "Records a sink could not take (decision_log: lines lost)",
             ["sink"], namespace=ns, registry=reg)
+        self.store_up = Gauge(
+            "store_up", "1 while the replicas' shared store answers, else 0 (only with a store)",
+            namespace=ns, registry=reg)
+        self.store_failures = Counter(
+            "store_failures", "Shared-store calls that failed (down, slow, not Redis)",
+            namespace=ns, registry=reg)
+        self.store_replicas = Gauge(
+            "store_replicas", "Other replicas whose learned sums this one adds",
+            namespace=ns, registry=reg)
+        self.others_inflight = Gauge(
+            "backend_others_inflight", "Requests on an instance that this replica did not send "
+            "(its engine's gauges, or other replicas' published counts)",
+            ["backend"], namespace=ns, registry=reg)
+        self.gauge_scrapes_dropped = Counter(
+            "gauge_scrapes_dropped", "Engine queue-gauge scrapes ignored (failed, slow, or lying)",
+            ["backend"], namespace=ns, registry=reg)
         for result in ("ok", "failed"):
             self.policy_reloads.labels(result=result)  # both series exist from the start
 
@@ -167,6 +183,8 @@ class MetricsAddon(Addon):
         self.admin_token = admin_token  # besides loopback clients, who may scrape
         self._restarts_seen: dict[str, int] = {}
         self._reloads_seen = {"ok": 0, "failed": 0}
+        self._store_failures_seen = 0
+        self._dropped_seen: dict[str, int] = {}
 
     def add_routes(self, app: web.Application) -> None:
         async def serve(request: web.Request) -> web.Response:
@@ -202,3 +220,22 @@ class MetricsAddon(Addon):
         self._reloads_seen = reloads
         for cls, row in model_status(app[ONLINE].model)["classes"].items():
             metrics.set_model_speedup(cls, row["value"])
+        self._refresh_load(app, now)
+
+    def _refresh_load(self, app: web.Application, now: float) -> None:
+        """The shared store's health and the load others put on each instance."""
+        metrics = self.metrics
+        for backend in app[POOL].describe(now):
+            metrics.others_inflight.labels(backend=str(backend["name"])).set(
+                float(str(backend["others_inflight"])))
+        for name, scrapes in app.get(GAUGE_SCRAPES, {}).items():
+            metrics.gauge_scrapes_dropped.labels(backend=name).inc(
+                scrapes.dropped - self._dropped_seen.get(name, 0))
+            self._dropped_seen[name] = scrapes.dropped
+        link = app.get(REPLICAS)
+        if link is not None:
+            health = link.health
+            metrics.store_up.set(1.0 if health.state == "ok" else 0.0)
+            metrics.store_failures.inc(health.failures - self._store_failures_seen)
+            self._store_failures_seen = health.failures
+            metrics.store_replicas.set(len(health.replicas))

@@ -1,0 +1,86 @@
+"""Reads each engine's own queue gauges in the background (`load.interval_s`, 0.1 s by default)
+and hands them to the pool, where what they count beyond this replica's in-flight requests
+joins the finish rule's queue. A scrape that fails, times out or lies (backends.gauges) is
+dropped: the load it would have told ages out of the pool (`load.max_age_s`) and is not guessed.
+The decision never waits on a scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from backends.engines import adapter_for
+from backends.gauges import EngineLoad, has_gauges, parse_gauges
+from backends.spec import BackendSpec
+from router.state import CONFIG, DEPS, GAUGE_SCRAPES, POOL, SESSION
+
+
+@dataclass(slots=True)
+class GaugeScrapes:
+    """Counts for /metrics and /readyz: scrapes read, and those dropped, per instance."""
+
+    ok: int = 0
+    dropped: int = 0
+    last_error: str = ""
+
+
+def scraped(spec: BackendSpec) -> bool:
+    """Whether the engine has queue gauges at a metrics path."""
+    return has_gauges(spec.engine) and bool(adapter_for(spec).metrics_path)
+
+
+async def engine_gauges(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: the scrape loop, when `load.gauges` is on and an engine has gauges."""
+    config = app[CONFIG]
+    specs = [spec for spec in config.backends if scraped(spec)]
+    app[GAUGE_SCRAPES] = {spec.name: GaugeScrapes() for spec in specs}
+    task = (asyncio.create_task(_loop(app, specs))
+            if config.load.gauges and specs else None)
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _loop(app: web.Application, specs: list[BackendSpec]) -> None:
+    interval = app[CONFIG].load.interval_s
+    while True:
+        await asyncio.gather(*(scrape_once(app, spec) for spec in specs))
+        await asyncio.sleep(interval)
+
+
+async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | None:
+    """One scrape of one engine, given to the pool when it is believable."""
+    settings, counts = app[CONFIG].load, app[GAUGE_SCRAPES][spec.name]
+    load, error = await _read(app[SESSION], spec, settings.timeout_s)
+    if load is None:
+        counts.dropped += 1
+        counts.last_error = error
+        return None
+    counts.ok += 1
+    app[POOL].note_engine_load(spec.name, load, app[DEPS].clock())
+    return load
+
+
+async def _read(
+    session: aiohttp.ClientSession, spec: BackendSpec, timeout_s: float
+) -> tuple[EngineLoad | None, str]:
+    url = spec.base_url + adapter_for(spec).metrics_path
+    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    try:
+        async with session.get(url, headers=headers,
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            if response.status != 200:
+                return None, f"HTTP {response.status}"
+            text = await response.text(errors="replace")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    load = parse_gauges(spec.engine, text)
+    return load, "" if load is not None else "queue gauges missing or not believable"

@@ -1,0 +1,342 @@
+"""Replicas that share what they learned, the load they put on each instance, and where each
+conversation lives, through one Redis (`replicas.store`). Off (nothing here runs) when no store
+is configured: one process is the embedded default.
+
+Keys, under `replicas.namespace` (`ns`):
+- `ns:sums`, a hash: replica -> its own learned sums (policies.learner.shared), never expiring:
+  a replica that is gone keeps its evidence. Each replica adds every other field to its own
+  (router/online.set_others), so each decides with the posterior of all replicas' records. A
+  restarted replica reads its own field back before it publishes again (`restore_own`): what
+  it had published is neither lost nor counted twice.
+- `ns:load:<replica>`: its in-flight requests per instance, expiring after `load.max_age_s`;
+  read for engines with no queue gauges (ds4, a generic OpenAI server). `ns:replicas` lists
+  who publishes one.
+- `ns:conversations`, a pub/sub channel: (conversation key, instance) as each turn is served,
+  so that the next turn stays on the instance that holds its prefix whichever replica takes it.
+
+Everything runs off the request path. A store that is down, slow or answering garbage fails
+no request and delays none: each replica keeps the last sums it read, `/readyz` and `/metrics`
+say the store is failing, and the loops try again every interval, converging when it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import redis.asyncio as aioredis
+import structlog
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
+from router.config import Config
+from router.engine_load import scraped
+from router.state import CONFIG, DEPS, ONLINE, POOL, REPLICAS, SESSIONS
+
+log = structlog.get_logger("specroute")
+
+# Conversation turns are sent in batches this often (one PUBLISH, not one per request).
+CONVERSATION_FLUSH_S: Final = 0.02
+# A conversation message carries at most this many turns (a burst is sent in several).
+CONVERSATION_BATCH: Final = 500
+STORE_ERRORS: Final = (RedisError, OSError, TimeoutError, ValueError)
+T = TypeVar("T")
+
+
+def replica_id(config: Config) -> str:
+    """The configured name, or the host name and listen port (stable across restarts)."""
+    return config.replicas.id or f"{socket.gethostname()}:{config.listen.port}"
+
+
+@dataclass(slots=True)
+class StoreHealth:
+    """What `/readyz` and `/metrics` say about the store."""
+
+    replica: str
+    state: str = "connecting"  # connecting | ok | failing
+    failures: int = 0  # store calls that failed (down, slow, an answer that is not Redis)
+    bad_entries: int = 0  # other replicas' published sums that could not be read
+    last_error: str = ""
+    restored: bool = False  # this replica's own published sums were read back (or absent)
+    replicas: list[str] = field(default_factory=list)  # replicas whose sums are added
+    conversations_in: int = 0  # turns other replicas shared
+    conversations_out: int = 0
+
+    def ok(self) -> None:
+        self.state = "ok"
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        self.failures += 1
+        detail = f"{what}: {type(exc).__name__}: {exc}" if str(exc) else f"{what}: {type(exc).__name__}"
+        if self.state != "failing" or detail != self.last_error:
+            log.warning("store_failing", replica=self.replica, error=detail)
+        self.state, self.last_error = "failing", detail
+
+    def describe(self) -> dict[str, Any]:
+        return {"replica": self.replica, "state": self.state, "failures": self.failures,
+                "bad_entries": self.bad_entries, "last_error": self.last_error,
+                "restored": self.restored, "replicas": list(self.replicas),
+                "conversations_in": self.conversations_in,
+                "conversations_out": self.conversations_out}
+
+
+class ReplicaLink:
+    """One replica's connection to the shared store and the three things it shares."""
+
+    def __init__(self, url: str, replica: str, namespace: str, timeout_s: float) -> None:
+        self.replica = replica
+        self.health = StoreHealth(replica)
+        self._timeout_s = timeout_s
+        self._client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=None,
+            decode_responses=False)
+        self._sums_key = f"{namespace}:sums"
+        self._replicas_key = f"{namespace}:replicas"
+        self._load_prefix = f"{namespace}:load:"
+        self._channel = f"{namespace}:conversations"
+        self._turns: list[list[Any]] = []  # conversation turns not sent yet
+
+    async def close(self) -> None:
+        with contextlib.suppress(*STORE_ERRORS):
+            async with asyncio.timeout(self._timeout_s):
+                await self._client.aclose()
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        """A store call bounded by the timeout; None (and the store marked failing) on error."""
+        try:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # arrives as the call completes, and a loop that never stops hangs the shutdown
+            async with asyncio.timeout(self._timeout_s):
+                result = await call()
+        except STORE_ERRORS as exc:
+            self.health.failed(what, exc)
+            return None
+        self.health.ok()
+        return result
+
+    # --- learned sums ---------------------------------------------------------------------
+
+    async def restore(self, apply: Callable[[Sums], bool]) -> bool:
+        """Read this replica's own published sums back (before it publishes again)."""
+        raw = await self._call("restore", lambda: self._client.hget(self._sums_key, self.replica))
+        if raw is None and self.health.state != "ok":
+            return False
+        self.health.restored = True
+        if raw is None:
+            return True  # nothing published yet
+        try:
+            _, sums = sums_from_json(raw)
+        except SharedSumsError as exc:
+            self.health.bad_entries += 1
+            log.warning("store_own_sums_unreadable", replica=self.replica, error=str(exc))
+            return True  # overwritten by the next publish, from this replica's own log
+        took = apply(sums)
+        log.info("store_restored", replica=self.replica, through=sums.through,
+                 observations=sums.evidence.greedy.n + sums.evidence.sampled.n
+                 + sums.evidence.plain.n, in_force=took)
+        return True
+
+    async def publish_sums(self, sums: Sums) -> bool:
+        text = sums_to_json(self.replica, sums)
+        done = await self._call(
+            "publish sums", lambda: self._client.hset(self._sums_key, self.replica, text))
+        return done is not None
+
+    async def others_sums(self) -> Sums | None:
+        """The other replicas' sums added up; None when the store did not answer."""
+        raw = await self._call("read sums", lambda: self._client.hgetall(self._sums_key))
+        if raw is None:
+            return None
+        parts, names = [], []
+        for key, value in raw.items():
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            if name == self.replica:
+                continue
+            try:
+                published_by, sums = sums_from_json(value)
+            except SharedSumsError as exc:
+                self.health.bad_entries += 1
+                log.warning("store_sums_unreadable", replica=name, error=str(exc))
+                continue
+            if published_by != name:
+                self.health.bad_entries += 1
+                continue
+            parts.append(sums)
+            names.append(name)
+        self.health.replicas = sorted(names)
+        return total_sums(parts)
+
+    # --- in-flight counts -------------------------------------------------------------------
+
+    async def publish_load(self, inflight: Mapping[str, int], ttl_s: float) -> None:
+        text = json.dumps(dict(inflight), separators=(",", ":"))
+        key = self._load_prefix + self.replica
+
+        async def both() -> None:
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.set(key, text, px=max(1, int(ttl_s * 1000)))
+                pipe.sadd(self._replicas_key, self.replica)
+                await pipe.execute()
+
+        await self._call("publish load", both)
+
+    async def others_load(self) -> dict[str, int] | None:
+        """The other replicas' in-flight requests per instance (expired ones are gone)."""
+        names = await self._call("read replicas",
+                                 lambda: self._client.smembers(self._replicas_key))
+        if names is None:
+            return None
+        others = sorted(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+        others = [n for n in others if n != self.replica]
+        if not others:
+            return {}
+        values = await self._call(
+            "read load", lambda: self._client.mget([self._load_prefix + n for n in others]))
+        if values is None:
+            return None
+        counts: dict[str, int] = {}
+        for value in values:
+            for backend, n in _load_entry(value).items():
+                counts[backend] = counts.get(backend, 0) + n
+        return counts
+
+    # --- conversations ----------------------------------------------------------------------
+
+    def share_turn(self, conversation: str, backend: str, profile: str, prompt_tokens: int) -> None:
+        """A served turn, sent to the other replicas with the next batch."""
+        self._turns.append([conversation, backend, profile, int(prompt_tokens)])
+
+    async def flush_turns(self) -> None:
+        while self._turns:
+            batch, self._turns = self._turns[:CONVERSATION_BATCH], self._turns[CONVERSATION_BATCH:]
+            text = json.dumps({"replica": self.replica, "turns": batch}, separators=(",", ":"))
+            if await self._call("share conversations",
+                                functools.partial(self._client.publish, self._channel, text)) is None:
+                self._turns.clear()  # stickiness is best effort: a turn lost here re-prefills
+                return
+            self.health.conversations_out += len(batch)
+
+    async def listen_turns(self, apply: Callable[[str, str, str, int], None],
+                           retry_s: float) -> None:
+        """Apply other replicas' turns as they arrive; resubscribes after a store failure."""
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await pubsub.subscribe(self._channel)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        self._apply_turns(message.get("data"), apply)
+            except STORE_ERRORS as exc:
+                self.health.failed("conversations", exc)
+            finally:
+                with contextlib.suppress(*STORE_ERRORS):
+                    async with asyncio.timeout(self._timeout_s):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            await asyncio.sleep(retry_s)
+
+    def _apply_turns(self, data: Any, apply: Callable[[str, str, str, int], None]) -> None:
+        try:
+            message = json.loads(data)
+            if message["replica"] == self.replica:
+                return
+            for conversation, backend, profile, tokens in message["turns"]:
+                if isinstance(conversation, str) and isinstance(backend, str):
+                    apply(conversation, backend, str(profile), max(0, int(tokens)))
+                    self.health.conversations_in += 1
+        except (ValueError, TypeError, KeyError) as exc:
+            self.health.bad_entries += 1
+            log.warning("store_conversation_unreadable", error=f"{type(exc).__name__}: {exc}")
+
+
+def _load_entry(value: Any) -> dict[str, int]:
+    """One replica's published in-flight counts; anything but counts is ignored."""
+    if value is None:
+        return {}
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items()
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1_000_000}
+
+
+async def replicas(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: the store's loops, when `replicas.store` is set."""
+    config = app[CONFIG]
+    if not config.replicas.store:
+        yield
+        return
+    link = ReplicaLink(config.replicas.store, replica_id(config), config.replicas.namespace,
+                       config.replicas.timeout_s)
+    app[REPLICAS] = link
+    loops = [_sums_loop(app, link), _turns_loop(app, link),
+             link.listen_turns(_turn_applier(app), config.replicas.sync_interval_s)]
+    if not config.load.gauges or any(not scraped(spec) for spec in config.backends):
+        loops.append(_load_loop(app, link))
+    tasks = [asyncio.create_task(loop) for loop in loops]
+    log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
+             loops=len(tasks))
+    yield
+    for task in tasks:
+        task.cancel()
+    await asyncio.wait(tasks, timeout=2 * config.replicas.timeout_s + 1.0)
+    if link.health.restored:  # the last word: what this replica learned until it stopped
+        await link.publish_sums(app[ONLINE].own_sums())
+    await link.close()
+
+
+async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
+    """Restore (once), publish this replica's sums, add the others'."""
+    online = app[ONLINE]
+    if not link.health.restored and not await link.restore(online.restore_own):
+        return  # never publish before reading back what this replica published before
+    if not await link.publish_sums(online.own_sums()):
+        return
+    others = await link.others_sums()
+    if others is not None:
+        online.set_others(others)
+
+
+async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
+    interval = app[CONFIG].replicas.sync_interval_s
+    while True:
+        await sync_sums_once(app, link)
+        await asyncio.sleep(interval)
+
+
+async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
+    config, pool, deps = app[CONFIG], app[POOL], app[DEPS]
+    while True:
+        await link.publish_load(pool.own_inflight(), config.load.max_age_s)
+        counts = await link.others_load()
+        if counts is not None:
+            pool.note_shared_inflight(counts, deps.clock())
+        await asyncio.sleep(config.replicas.load_interval_s)
+
+
+async def _turns_loop(app: web.Application, link: ReplicaLink) -> None:
+    while True:
+        await asyncio.sleep(CONVERSATION_FLUSH_S)
+        await link.flush_turns()
+
+
+def _turn_applier(app: web.Application) -> Callable[[str, str, str, int], None]:
+    sessions, pool, deps = app[SESSIONS], app[POOL], app[DEPS]
+    names = set(pool.names)
+
+    def apply(conversation: str, backend: str, profile: str, prompt_tokens: int) -> None:
+        if backend in names:  # replicas configured with other instances: not ours to follow
+            sessions.remember(conversation, backend, profile, prompt_tokens, deps.clock())
+
+    return apply

@@ -1,0 +1,392 @@
+"""Replicas sharing one real `redis-server`: learned sums, load, conversations, and faults.
+
+Each replica is a real proxy app on 127.0.0.1 in front of simulated engines; the store is a real
+redis-server on a free port (backends.local.redisserver), stopped by PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import aiohttp
+import numpy as np
+import openai
+import pytest
+import redis
+
+from backends.local.redisserver import RedisServer, redis_binary, start_redis
+from backends.local.simulator import SimState, create_sim_app
+from backends.spec import BackendSpec
+from decisionlog.readers import iter_log_records
+from policies import RouteModel, learn_arms, observations
+from policies.learner.routemodel import gather
+from router.app import create_app
+from router.config import Config, LoadConfig, LogConfig, ReplicasConfig, SupervisorConfig
+from router.replicas import sync_sums_once
+from router.state import DEPS, ONLINE, POLICY, POOL, REPLICAS, Deps
+from tests.router.conftest import ListSink, ServerFactory, gb10_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store() -> Iterator[RedisServer]:
+    if redis_binary() is None:
+        reason = "redis-server is not installed (apt-get install redis-server; .ci/run does)"
+        if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
+            pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
+        pytest.skip(reason)
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Fleet:
+    engines: list[BackendSpec]
+    states: dict[str, SimState]
+    tmp: Path
+
+
+async def fleet(aiohttp_server: ServerFactory, tmp: Path, *, engine: str = "llamacpp",
+                plains: int = 1, time_scale: float = 0.0) -> Fleet:
+    """Simulated engines: one mtp and `plains` plain instances, GB10-paced."""
+    states = {"mtp-0": SimState(profile="mtp", acceptance={"technical": 0.8},
+                                time_scale=time_scale)}
+    for i in range(plains):
+        states[f"plain-{i}"] = SimState(profile="plain", time_scale=time_scale, reply_tokens=24)
+    specs = []
+    for name, sim in states.items():
+        server = await aiohttp_server(create_sim_app(sim))
+        specs.append(BackendSpec(name=name, engine=engine, profile=sim.profile,
+                                 url=f"http://127.0.0.1:{server.port}"))
+    return Fleet(specs, states, tmp)
+
+
+def replica_config(f: Fleet, name: str, store_url: str, **replicas: Any) -> Config:
+    return Config(
+        backends=f.engines, tokenizer=False, classifier="rules",
+        log=LogConfig(path=str(f.tmp / f"{name}.jsonl")),
+        supervisor=SupervisorConfig(log_dir=str(f.tmp / "backends"), startup_probe=False,
+                                    health_interval_s=60.0),
+        policy=gb10_policy(f.tmp),
+        replicas=ReplicasConfig(store=store_url, id=name, namespace="t",
+                                sync_interval_s=0.1, load_interval_s=0.05, timeout_s=0.3,
+                                **replicas),
+        load=LoadConfig(interval_s=0.05, max_age_s=1.0),
+    )
+
+
+async def replica(aiohttp_server: ServerFactory, config: Config) -> Any:
+    return await aiohttp_server(create_app(config, deps=Deps(
+        sinks=(ListSink(),), explore=False, record_interval_s=0.0)))
+
+
+def client(server: Any, **kwargs: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="k",
+                              max_retries=0, **kwargs)
+
+
+ASKS = [
+    "Write a Python function that parses a CSV file and returns the rows as dicts.",
+    "Explain how TCP congestion control reacts to packet loss, in technical detail.",
+    "Tell me a short story about a lighthouse keeper and the sea.",
+    "```python\ndef add(a, b):\n    return a + b\n```\nAdd type hints and a docstring.",
+]
+
+
+async def send(server: Any, n: int, offset: int = 0, **extra: Any) -> list[str]:
+    """`n` chat requests; returns the backends that served them."""
+    served = []
+    async with client(server) as c:
+        for i in range(n):
+            raw = await c.chat.completions.with_raw_response.create(
+                model="sim-model", temperature=0 if (i + offset) % 3 else 0.7,
+                messages=[{"role": "user", "content": ASKS[(i + offset) % len(ASKS)]}], **extra)
+            served.append(raw.headers["x-specroute-backend"])
+    return served
+
+
+async def eventually(check: Any, what: str, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.05)):  # bounded
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+async def readyz(server: Any) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{server.port}/readyz") as response:
+        return dict(await response.json())
+
+
+def union_model(app: Any, logs: list[Path]) -> tuple[RouteModel, Any]:
+    """What one process learns from the union of the replicas' logs."""
+    snapshot = app[POLICY].snapshot
+    obs = list(observations(iter_log_records([str(p) for p in logs])))
+    evidence = gather(obs, snapshot.policy.assume)
+    return RouteModel(snapshot.prior, evidence), learn_arms(obs)
+
+
+async def test_replicas_fed_disjoint_traffic_decide_with_the_union_s_posterior(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    names = ["a", "b", "c"]
+    servers = [await replica(aiohttp_server, replica_config(f, n, store.url)) for n in names]
+    for i, server in enumerate(servers):
+        await send(server, 6 + 3 * i, offset=i)
+    for server in servers:  # each has published and read the others' at least once more
+        await sync_sums_once(server.app, server.app[REPLICAS])
+    for server in servers:
+        await sync_sums_once(server.app, server.app[REPLICAS])
+    union, union_arms = union_model(servers[0].app, [tmp_path / f"{n}.jsonl" for n in names])
+    assert union.evidence.n_mtp + union.evidence.plain.n == 6 + 9 + 12
+    for server in servers:
+        model = server.app[ONLINE].model
+        assert model.evidence.greedy.n == union.evidence.greedy.n
+        assert model.evidence.plain.n == union.evidence.plain.n
+        np.testing.assert_allclose(model.evidence.greedy.xtx, union.evidence.greedy.xtx,
+                                   rtol=0, atol=1e-9)
+        np.testing.assert_allclose(model.posterior.mean, union.posterior.mean, rtol=0, atol=1e-9)
+        assert model.t_plain_ms == pytest.approx(union.t_plain_ms, abs=1e-9)
+        arms = server.app[ONLINE].arms
+        assert arms.n_observations == union_arms.n_observations
+        for key, table in union_arms.stats.items():
+            for arm, stats in table.items():
+                assert arms.stats[key][arm].total.total == pytest.approx(stats.total.total,
+                                                                         abs=1e-9)
+    health = (await readyz(servers[0]))["store"]
+    assert health["state"] == "ok" and health["replicas"] == ["b", "c"]
+
+
+@pytest.mark.parametrize("engine", ["llamacpp", "openai"])
+async def test_a_replica_avoids_an_instance_busy_with_another_replica_s_request(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer, engine: str) -> None:
+    # llamacpp: B reads the engine's own queue gauges; openai (no gauges): A's published count
+    f = await fleet(aiohttp_server, tmp_path, engine=engine, plains=2, time_scale=1.0)
+    a = await replica(aiohttp_server, replica_config(f, "a", store.url))
+    b = await replica(aiohttp_server, replica_config(f, "b", store.url))
+    async with client(a) as ca, client(b) as cb:
+        first = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: f.states["plain-0"].serving == 1, "A's request on plain-0")
+        await eventually(lambda: others_on(b, "plain-0") == 1, "B counts it on plain-0")
+        second = await cb.chat.completions.with_raw_response.create(**STORY)
+        assert (await first).headers["x-specroute-backend"] == "plain-0"
+    assert second.headers["x-specroute-backend"] == "plain-1"
+    assert f.states["plain-0"].received and f.states["plain-1"].received
+
+
+async def test_without_the_shared_load_a_replica_would_pile_onto_the_busy_instance(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # the control for the test above: two replicas that share nothing and read no gauges
+    f = await fleet(aiohttp_server, tmp_path, engine="openai", plains=2, time_scale=1.0)
+    configs = [replica_config(f, n, "").model_copy(update={"load": LoadConfig(gauges=False)})
+               for n in ("a", "b")]
+    a, b = [await replica(aiohttp_server, c) for c in configs]
+    async with client(a) as ca, client(b) as cb:
+        first = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: f.states["plain-0"].serving == 1, "A's request on plain-0")
+        second = await cb.chat.completions.with_raw_response.create(**STORY)
+        await first
+    assert second.headers["x-specroute-backend"] == "plain-0"
+
+
+STORY = {"model": "sim-model", "temperature": 0.7,
+         "messages": [{"role": "user", "content": "Tell me a story about the sea."}]}
+
+
+def others_on(server: Any, backend: str) -> int:
+    pool = server.app[POOL]
+    return int(pool.runtime(backend).others(server.app[DEPS].clock(), 1.0))
+
+
+LONG_SYSTEM = "You are a careful assistant for a large codebase. " * 400  # ~8k prompt tokens
+
+
+async def test_a_conversation_s_next_turn_stays_on_its_instance_whichever_replica_takes_it(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    configs = [replica_config(f, n, store.url).model_copy(update={"pools": {"second": ["plain-1"]}})
+               for n in ("a", "b")]
+    a, b = [await replica(aiohttp_server, c) for c in configs]
+    turn = {"model": "sim-model", "temperature": 0.7,
+            "messages": [{"role": "system", "content": LONG_SYSTEM},
+                         {"role": "user", "content": "Where is the retry logic?"}]}
+    hint = {"x-specroute-conversation": "conv-1"}
+    async with client(a, default_headers={**hint, "x-specroute-route": "second"}) as ca:
+        first = await ca.chat.completions.with_raw_response.create(**turn)
+    assert first.headers["x-specroute-backend"] == "plain-1"
+    await eventually(lambda: b.app[REPLICAS].health.conversations_in >= 1, "B hears of the turn")
+    async with client(b, default_headers=hint) as cb:
+        second = await cb.chat.completions.with_raw_response.create(**turn)
+        # a new conversation with the same prompt, on B, goes where the tie-break says
+        other = await cb.chat.completions.with_raw_response.create(
+            **turn, extra_headers={"x-specroute-conversation": "conv-2"})
+    assert second.headers["x-specroute-backend"] == "plain-1"
+    assert other.headers["x-specroute-backend"] == "plain-0"
+
+
+class SilentServer:
+    """A TCP server that accepts and never answers (a store that hangs), or answers junk."""
+
+    def __init__(self, reply: bytes = b"") -> None:
+        self.reply = reply
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> Self:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(4096):
+                if self.reply:
+                    writer.write(self.reply)
+                    await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+@pytest.mark.parametrize("kind", ["down", "hangs", "garbage"])
+async def test_a_store_that_is_down_hangs_or_answers_garbage_fails_no_request(
+        aiohttp_server: ServerFactory, tmp_path: Path, kind: str) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    async with SilentServer(b"\x00\xffnot redis\r\n" if kind == "garbage" else b"") as fake:
+        port = free_port() if kind == "down" else fake.port
+        server = await replica(aiohttp_server, replica_config(f, "a", f"redis://127.0.0.1:{port}/0"))
+        served = await send(server, 5)
+        assert len(served) == 5
+        await eventually(lambda: server.app[REPLICAS].health.state == "failing", "failing")
+        health = (await readyz(server))["store"]
+        assert health["state"] == "failing" and health["failures"] >= 1 and health["last_error"]
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://127.0.0.1:{server.port}/metrics") as response:
+            text = await response.text()
+        assert "specroute_store_up 0.0" in text
+        assert server.app[ONLINE].model.evidence.plain.n + \
+            server.app[ONLINE].model.evidence.n_mtp == 5  # its own records still count
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_store_killed_midway_then_back_keeps_the_last_sums_and_converges(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    a, b = [await replica(aiohttp_server, replica_config(f, n, store.url)) for n in ("a", "b")]
+    await send(a, 4)
+    await send(b, 6)
+    await eventually(lambda: total_n(a) == 10 and total_n(b) == 10, "both see all 10")
+    store.stop(signal.SIGKILL)
+    assert len(await send(a, 3)) == 3  # served with the store gone
+    await eventually(lambda: a.app[REPLICAS].health.state == "failing", "A sees it fail")
+    assert total_n(b) == 10  # B keeps the sums it last read
+    restarted = start_redis(store.port)  # empty: the replicas publish theirs again
+    try:
+        await eventually(lambda: total_n(a) == 13 and total_n(b) == 13, "converged again")
+        assert (await readyz(b))["store"]["state"] == "ok"
+    finally:
+        restarted.stop()
+
+
+def total_n(server: Any) -> int:
+    evidence = server.app[ONLINE].model.evidence
+    return int(evidence.plain.n + evidence.n_mtp)
+
+
+def published_n(url: str, name: str) -> int:
+    raw = redis.Redis.from_url(url).hget("t:sums", name)
+    assert raw is not None, f"{name} published nothing"
+    evidence = json.loads(raw)["evidence"]
+    return int(evidence["greedy"]["n"] + evidence["sampled"][0] + evidence["plain"][0])
+
+
+async def test_a_replica_killed_with_sigkill_and_restarted_counts_nothing_twice(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    b = await replica(aiohttp_server, replica_config(f, "b", store.url))
+    config = tmp_path / "a.yaml"
+    backends = "".join(f"  - {{name: {s.name}, engine: llamacpp, profile: {s.profile}, "
+                       f"url: '{s.base_url}'}}\n" for s in f.engines)
+    config.write_text(
+        "backends:\n" + backends + "tokenizer: false\nclassifier: rules\n"
+        f"policy: {gb10_policy(tmp_path)}\nlog: {{path: a.jsonl}}\n"
+        "supervisor: {startup_probe: false}\n"
+        f"replicas: {{store: '{store.url}', id: a, namespace: t, sync_interval_s: 0.1}}\n")
+    port = free_port()
+
+    async def start() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(  # noqa: ASYNC220  # forks and returns; waits are bounded
+            [sys.executable, "-m", "router", "serve", "--config", str(config), "--port",
+             str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        await eventually(lambda: _answers(port), "replica a ready", seconds=20)
+        return process
+
+    process = await start()
+    try:
+        await send(_Port(port), 5)
+        await eventually(lambda: published_n(store.url, "a") == 5, "a published its 5")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        process = await start()
+        await send(_Port(port), 2)
+        await eventually(lambda: published_n(store.url, "a") == 7, "a's 5 restored, plus 2")
+        await eventually(lambda: total_n(b) == 7, "B adds a's 7 once")
+        await asyncio.sleep(0.5)  # several more sync rounds: still counted once
+        assert published_n(store.url, "a") == 7 and total_n(b) == 7
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+@dataclass
+class _Port:
+    port: int
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+async def test_other_replicas_garbage_is_skipped_and_their_good_sums_still_added(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    a, b = [await replica(aiohttp_server, replica_config(f, n, store.url)) for n in ("a", "b")]
+    await send(b, 3)
+    raw = redis.Redis.from_url(store.url)
+    raw.hset("t:sums", "junk", b"{not json")
+    raw.hset("t:sums", "nan", json.dumps({"version": 1, "replica": "nan", "through": "",
+                                           "evidence": {"yy": float("nan")}, "arms": {}}))
+    raw.set("t:load:liar", b'{"plain-0": -5, "mtp-0": "many"}')
+    raw.sadd("t:replicas", "liar")
+    await eventually(lambda: total_n(a) == 3, "A adds B's 3")
+    await eventually(lambda: a.app[REPLICAS].health.bad_entries >= 2, "bad entries counted")
+    assert a.app[REPLICAS].health.replicas == ["b"]
+    assert others_on(a, "plain-0") == 0
