@@ -83,7 +83,8 @@ class LoadConfig(_Strict):
 
 class ReplicasConfig(_Strict):
     store: str = Field(
-        "", description="redis://host:port/db that the replicas share ('': one process, "
+        "", pattern=r"^$|^(redis|rediss|unix)://.+",
+        description="redis://host:port/db that the replicas share ('': one process, "
         "nothing shared)"
     )
     id: str = Field(

@@ -38,6 +38,11 @@ def test_good_config_resolves_relative_paths(tmp_path: Path) -> None:
         (GOOD.replace("name: plain-0", "name: mtp-0"), "backend names must be unique"),
         (GOOD.replace("port: 9000", "port: 99999"), "config.yaml:1: listen.port:"),
         ("backends: []\n", "config.yaml:1: backends:"),
+        (GOOD + "replicas:\n  store: redis://127.0.0.1:6379/0\n  peers: 2\n",
+         "config.yaml:9: replicas.peers: unknown key"),
+        (GOOD + "replicas: {namespace: 'a b'}\n", "config.yaml:7: replicas.namespace:"),
+        (GOOD + "load: {interval_s: 0}\n", "config.yaml:7: load.interval_s:"),
+        (GOOD + "replicas: {store: 'localhost:6379'}\n", "config.yaml:7: replicas.store:"),
     ],
 )
 def test_bad_configs_are_located(tmp_path: Path, text: str, expected: str) -> None:

@@ -1,0 +1,58 @@
+"""The pool's load: its own in-flight requests plus what others put on an instance."""
+
+from __future__ import annotations
+
+from backends.gauges import EngineLoad
+from backends.spec import BackendSpec
+from router.pool import BackendPool
+
+
+def _pool() -> BackendPool:
+    specs = [BackendSpec(name=n, engine="llamacpp", profile="plain", url=f"http://127.0.0.1:{p}")
+             for n, p in (("a", 1), ("b", 2))]
+    return BackendPool(specs, load_max_age_s=1.0)
+
+
+def _state(pool: BackendPool, name: str, now: float):  # type: ignore[no-untyped-def]
+    return next(s for s in pool.states(now) if s.name == name)
+
+
+def test_what_the_gauges_count_beyond_our_own_requests_is_someone_else_s() -> None:
+    pool = _pool()
+    pool.begin("a", predicted_ms=400.0, now=10.0)
+    pool.note_engine_load("a", EngineLoad(running=1, waiting=2), now=10.0)  # ours and 2 more
+    state = _state(pool, "a", 10.0)
+    assert state.inflight == 3
+    assert state.work().requests == 3
+    # the two others are priced at the instance's typical request (400 ms) on top of ours
+    assert state.work().work_ms == 400.0 + 2 * 400.0
+    assert _state(pool, "b", 10.0).inflight == 0
+
+
+def test_a_gauge_that_counts_fewer_than_we_sent_adds_nothing() -> None:
+    pool = _pool()
+    for _ in range(3):
+        pool.begin("a", predicted_ms=100.0, now=0.0)
+    pool.note_engine_load("a", EngineLoad(1, 0), now=0.0)  # two of ours not arrived yet
+    assert _state(pool, "a", 0.0).inflight == 3
+
+
+def test_load_seen_too_long_ago_is_no_longer_counted() -> None:
+    pool = _pool()
+    pool.note_engine_load("a", EngineLoad(2, 0), now=0.0)
+    assert _state(pool, "a", 0.5).inflight == 2
+    assert _state(pool, "a", 1.5).inflight == 0
+
+
+def test_other_replicas_counts_stand_in_where_no_gauge_is_fresh() -> None:
+    pool = _pool()
+    pool.begin("b", predicted_ms=250.0, now=0.0)
+    pool.end("b", 1)
+    pool.note_shared_inflight({"a": 2, "b": -4}, now=5.0)  # a negative count is nothing
+    assert _state(pool, "a", 5.0).inflight == 2
+    # "a" has no typical request of its own: the others are priced at the pool's mean
+    assert _state(pool, "a", 5.0).work().work_ms == 2 * 250.0
+    assert _state(pool, "b", 5.0).inflight == 0
+    pool.note_engine_load("a", EngineLoad(0, 0), now=5.1)  # a fresh gauge wins
+    assert _state(pool, "a", 5.2).inflight == 0
+    assert pool.own_inflight() == {"a": 0, "b": 0}
