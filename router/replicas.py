@@ -11,8 +11,9 @@ Keys, under `replicas.namespace` (`ns`):
 - `ns:load:<replica>`: its in-flight requests per instance, expiring after `load.max_age_s`;
   read for engines with no queue gauges (ds4, a generic OpenAI server). `ns:replicas` lists
   who publishes one.
-- `ns:conversations`, a pub/sub channel: (conversation key, instance) as each turn is served,
+- `ns:turns`, a stream: (conversation key, instance) as each turn is served (within a few ms),
   so that the next turn stays on the instance that holds its prefix whichever replica takes it.
+  A stream rather than pub/sub: a replica that was away reads back the turns still live.
 
 Everything runs off the request path. A store that is down, slow or answering garbage fails
 no request and delays none: each replica keeps the last sums it read, `/readyz` and `/metrics`
@@ -38,16 +39,22 @@ from redis.exceptions import RedisError
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
 from router.engine_load import scraped
-from router.state import CONFIG, DEPS, ONLINE, POOL, REPLICAS, SESSIONS
+from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
 
 log = structlog.get_logger("specroute")
 
-# Conversation turns are sent in batches this often (one PUBLISH, not one per request).
-CONVERSATION_FLUSH_S: Final = 0.02
+# A turn waits this long for others to join it in one PUBLISH (a burst: one message, not one
+# per request); the loop sleeps while no turn is waiting.
+CONVERSATION_BATCH_S: Final = 0.002
 # A conversation message carries at most this many turns (a burst is sent in several).
 CONVERSATION_BATCH: Final = 500
+# The turns stream keeps about this many messages; a blocking read waits this long at most.
+TURNS_KEPT: Final = 20_000
+TURNS_BLOCK_S: Final = 1.0
 STORE_ERRORS: Final = (RedisError, OSError, TimeoutError, ValueError)
 T = TypeVar("T")
+# (conversation, backend, profile, prompt tokens, seconds since it was served)
+TurnApplier = Callable[[str, str, str, int, float], None]
 
 
 def replica_id(config: Config) -> str:
@@ -100,13 +107,19 @@ class ReplicaLink:
         self._sums_key = f"{namespace}:sums"
         self._replicas_key = f"{namespace}:replicas"
         self._load_prefix = f"{namespace}:load:"
-        self._channel = f"{namespace}:conversations"
+        self._turns_key = f"{namespace}:turns"
+        # the turns are followed with a blocking read: its own connection, a longer timeout
+        self._reader = aioredis.Redis.from_url(
+            url, socket_timeout=TURNS_BLOCK_S + timeout_s, socket_connect_timeout=timeout_s,
+            retry=None, decode_responses=False)
         self._turns: list[list[Any]] = []  # conversation turns not sent yet
+        self._turn_waiting = asyncio.Event()
 
     async def close(self) -> None:
-        with contextlib.suppress(*STORE_ERRORS):
-            async with asyncio.timeout(self._timeout_s):
-                await self._client.aclose()
+        for client in (self._client, self._reader):
+            with contextlib.suppress(*STORE_ERRORS):
+                async with asyncio.timeout(self._timeout_s):
+                    await client.aclose()
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
         """A store call bounded by the timeout; None (and the store marked failing) on error."""
@@ -212,49 +225,79 @@ class ReplicaLink:
     def share_turn(self, conversation: str, backend: str, profile: str, prompt_tokens: int) -> None:
         """A served turn, sent to the other replicas with the next batch."""
         self._turns.append([conversation, backend, profile, int(prompt_tokens)])
+        self._turn_waiting.set()
+
+    async def next_turns(self) -> None:
+        """Until a turn is waiting to be sent, and a moment more for others to join it."""
+        await self._turn_waiting.wait()
+        self._turn_waiting.clear()
+        await asyncio.sleep(CONVERSATION_BATCH_S)
 
     async def flush_turns(self) -> None:
         while self._turns:
             batch, self._turns = self._turns[:CONVERSATION_BATCH], self._turns[CONVERSATION_BATCH:]
-            text = json.dumps({"replica": self.replica, "turns": batch}, separators=(",", ":"))
-            if await self._call("share conversations",
-                                functools.partial(self._client.publish, self._channel, text)) is None:
+            fields = {"replica": self.replica,
+                      "turns": json.dumps(batch, separators=(",", ":"))}
+            add = functools.partial(self._client.xadd, self._turns_key, fields,  # type: ignore[arg-type]
+                                    maxlen=TURNS_KEPT, approximate=True)
+            if await self._call("share conversations", add) is None:
                 self._turns.clear()  # stickiness is best effort: a turn lost here re-prefills
                 return
             self.health.conversations_out += len(batch)
 
-    async def listen_turns(self, apply: Callable[[str, str, str, int], None],
-                           retry_s: float) -> None:
-        """Apply other replicas' turns as they arrive; resubscribes after a store failure."""
+    async def follow_turns(self, apply: TurnApplier, ttl_s: float, retry_s: float) -> None:
+        """Apply other replicas' turns as they arrive. At start, and after the store failed,
+        the turns still within `ttl_s` are read back first: a replica that was away (restarted,
+        or cut off from the store) learns where the live conversations are."""
+        last: bytes | None = None
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
-                async with asyncio.timeout(self._timeout_s):
-                    await pubsub.subscribe(self._channel)
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._apply_turns(message.get("data"), apply)
+                if last is None:
+                    last = await self._catch_up(apply, ttl_s)
+                async with asyncio.timeout(TURNS_BLOCK_S + self._timeout_s):
+                    reply: Any = await self._reader.xread({self._turns_key: last}, count=1000,
+                                                     block=int(TURNS_BLOCK_S * 1000))
+                for _, entries in reply or []:
+                    for entry_id, fields in entries:
+                        self._apply_entry(fields, apply, 0.0)
+                        last = bytes(entry_id)
+                self.health.ok()
             except STORE_ERRORS as exc:
                 self.health.failed("conversations", exc)
-            finally:
-                with contextlib.suppress(*STORE_ERRORS):
-                    async with asyncio.timeout(self._timeout_s):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
-            await asyncio.sleep(retry_s)
+                last = None  # the store may have restarted empty: read back, then follow
+                await asyncio.sleep(retry_s)
 
-    def _apply_turns(self, data: Any, apply: Callable[[str, str, str, int], None]) -> None:
+    async def _catch_up(self, apply: TurnApplier, ttl_s: float) -> bytes:
+        async with asyncio.timeout(self._timeout_s):
+            seconds, micros = await self._client.time()
+            entries: Any = await self._client.xrevrange(self._turns_key, count=TURNS_KEPT)
+        now_ms = seconds * 1000 + micros // 1000
+        for entry_id, fields in reversed(entries):
+            age_s = max(0.0, (now_ms - _entry_ms(entry_id)) / 1000.0)
+            if age_s <= ttl_s:
+                self._apply_entry(fields, apply, age_s)
+        return bytes(entries[0][0]) if entries else b"0-0"
+
+    def _apply_entry(self, fields: Mapping[Any, Any], apply: TurnApplier, age_s: float) -> None:
         try:
-            message = json.loads(data)
-            if message["replica"] == self.replica:
+            replica = fields[b"replica"].decode()
+            if replica == self.replica:
                 return
-            for conversation, backend, profile, tokens in message["turns"]:
+            for conversation, backend, profile, tokens in json.loads(fields[b"turns"]):
                 if isinstance(conversation, str) and isinstance(backend, str):
-                    apply(conversation, backend, str(profile), max(0, int(tokens)))
+                    apply(conversation, backend, str(profile), max(0, int(tokens)), age_s)
                     self.health.conversations_in += 1
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.health.bad_entries += 1
             log.warning("store_conversation_unreadable", error=f"{type(exc).__name__}: {exc}")
+
+
+def _entry_ms(entry_id: Any) -> int:
+    """A stream entry's time (its id is `<ms>-<seq>`, from the store's clock)."""
+    try:
+        return int(bytes(entry_id).split(b"-", 1)[0])
+    except ValueError:
+        return 0
 
 
 def _load_entry(value: Any) -> dict[str, int]:
@@ -281,7 +324,8 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
                        config.replicas.timeout_s)
     app[REPLICAS] = link
     loops = [_sums_loop(app, link), _turns_loop(app, link),
-             link.listen_turns(_turn_applier(app), config.replicas.sync_interval_s)]
+             link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
+                               config.replicas.sync_interval_s)]
     if not config.load.gauges or any(not scraped(spec) for spec in config.backends):
         loops.append(_load_loop(app, link))
     tasks = [asyncio.create_task(loop) for loop in loops]
@@ -327,16 +371,18 @@ async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
 
 async def _turns_loop(app: web.Application, link: ReplicaLink) -> None:
     while True:
-        await asyncio.sleep(CONVERSATION_FLUSH_S)
+        await link.next_turns()
         await link.flush_turns()
 
 
-def _turn_applier(app: web.Application) -> Callable[[str, str, str, int], None]:
+def _turn_applier(app: web.Application) -> TurnApplier:
     sessions, pool, deps = app[SESSIONS], app[POOL], app[DEPS]
     names = set(pool.names)
 
-    def apply(conversation: str, backend: str, profile: str, prompt_tokens: int) -> None:
+    def apply(conversation: str, backend: str, profile: str, prompt_tokens: int,
+              age_s: float) -> None:
         if backend in names:  # replicas configured with other instances: not ours to follow
-            sessions.remember(conversation, backend, profile, prompt_tokens, deps.clock())
+            sessions.remember(conversation, backend, profile, prompt_tokens,
+                              deps.clock() - age_s)
 
     return apply

@@ -81,7 +81,7 @@ def replica_config(f: Fleet, name: str, store_url: str, **replicas: Any) -> Conf
                                     health_interval_s=60.0),
         policy=gb10_policy(f.tmp),
         replicas=ReplicasConfig(store=store_url, id=name, namespace="t",
-                                sync_interval_s=0.1, load_interval_s=0.05, timeout_s=0.3,
+                                sync_interval_s=0.1, load_interval_s=0.05, timeout_s=1.0,
                                 **replicas),
         load=LoadConfig(interval_s=0.05, max_age_s=1.0),
     )
@@ -212,6 +212,10 @@ def others_on(server: Any, backend: str) -> int:
 
 
 LONG_SYSTEM = "You are a careful assistant for a large codebase. " * 400  # ~8k prompt tokens
+LONG_TURN: dict[str, Any] = {
+    "model": "sim-model", "temperature": 0.7,
+    "messages": [{"role": "system", "content": LONG_SYSTEM},
+                 {"role": "user", "content": "Where is the retry logic?"}]}
 
 
 async def test_a_conversation_s_next_turn_stays_on_its_instance_whichever_replica_takes_it(
@@ -235,6 +239,22 @@ async def test_a_conversation_s_next_turn_stays_on_its_instance_whichever_replic
             **turn, extra_headers={"x-specroute-conversation": "conv-2"})
     assert second.headers["x-specroute-backend"] == "plain-1"
     assert other.headers["x-specroute-backend"] == "plain-0"
+
+
+async def test_a_replica_that_starts_later_reads_back_the_live_conversations(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    pools = {"pools": {"second": ["plain-1"]}}
+    a = await replica(aiohttp_server, replica_config(f, "a", store.url).model_copy(update=pools))
+    hint = {"x-specroute-conversation": "conv-late"}
+    async with client(a, default_headers={**hint, "x-specroute-route": "second"}) as ca:
+        await ca.chat.completions.create(**LONG_TURN)
+    await eventually(lambda: a.app[REPLICAS].health.conversations_out == 1, "A shared it")
+    b = await replica(aiohttp_server, replica_config(f, "b", store.url).model_copy(update=pools))
+    await eventually(lambda: b.app[REPLICAS].health.conversations_in == 1, "B read it back")
+    async with client(b, default_headers=hint) as cb:
+        second = await cb.chat.completions.with_raw_response.create(**LONG_TURN)
+    assert second.headers["x-specroute-backend"] == "plain-1"
 
 
 class SilentServer:
@@ -386,7 +406,8 @@ async def test_other_replicas_garbage_is_skipped_and_their_good_sums_still_added
                                            "evidence": {"yy": float("nan")}, "arms": {}}))
     raw.set("t:load:liar", b'{"plain-0": -5, "mtp-0": "many"}')
     raw.sadd("t:replicas", "liar")
+    raw.xadd("t:turns", {"replica": "liar", "turns": "[[1, 2]]"})
     await eventually(lambda: total_n(a) == 3, "A adds B's 3")
-    await eventually(lambda: a.app[REPLICAS].health.bad_entries >= 2, "bad entries counted")
+    await eventually(lambda: a.app[REPLICAS].health.bad_entries >= 3, "bad entries counted")
     assert a.app[REPLICAS].health.replicas == ["b"]
     assert others_on(a, "plain-0") == 0
