@@ -43,14 +43,28 @@ http {{
   access_log off;
   client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fastcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
-  upstream pair {{ least_conn; server 127.0.0.1:{mtp}; server 127.0.0.1:{plain}; }}
+  upstream pair {{ {upstream} }}
   server {{
     listen 127.0.0.1:{port};
     location / {{ proxy_pass http://pair; proxy_http_version 1.1; proxy_buffering off;
-                 proxy_read_timeout 600s; }}
+                 proxy_read_timeout 600s;{reuse} }}
   }}
 }}
 """
+# Exceptions that fail one request of a load loop (refused, reset, a status, a body not JSON).
+REQUEST_ERRORS = (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError)
+
+
+def nginx_conf(tmp: Path, port: int, upstream_ports: Sequence[int],
+               balance: str = "least_conn", keepalive: int = 0) -> str:
+    """nginx on `port` in front of `upstream_ports`: `balance` names the method ("": round
+    robin); `keepalive` idle connections are kept to the upstreams (0: a new one per request)."""
+    upstream = [f"{balance};"] if balance else []
+    upstream += [f"server 127.0.0.1:{p};" for p in upstream_ports]
+    if keepalive:
+        upstream.append(f"keepalive {keepalive};")
+    reuse = ' proxy_set_header Connection "";' if keepalive else ""
+    return NGINX_CONF.format(tmp=tmp, port=port, upstream=" ".join(upstream), reuse=reuse)
 
 
 def _free_port() -> int:
@@ -59,9 +73,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def completion_tokens(session: aiohttp.ClientSession, base_url: str,
+                            body: dict[str, object]) -> int:
+    """One chat completion; its completion tokens (a status >= 400 raises)."""
+    async with session.post(f"{base_url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        data = await response.json()
+        return int(data["usage"]["completion_tokens"])
+
+
 async def closed_loop(base_url: str, requests: Sequence[TrafficRequest], clients: int,
-                      deadline: float) -> tuple[int, float]:
-    """(completion tokens, wall seconds) for `clients` closed-loop clients over `requests`."""
+                      deadline: float, failures: list[str] | None = None) -> tuple[int, float]:
+    """(completion tokens, wall seconds) for `clients` closed-loop clients over `requests`. A
+    failed request raises, or, given `failures`, is noted there and the client goes on."""
     queue = list(reversed(requests))
     tokens = 0
 
@@ -69,10 +93,16 @@ async def closed_loop(base_url: str, requests: Sequence[TrafficRequest], clients
         nonlocal tokens
         while queue and time.monotonic() < deadline:
             body = queue.pop().body
-            async with session.post(f"{base_url}/v1/chat/completions", json=body) as response:
-                response.raise_for_status()
-                data = await response.json()
-                tokens += int(data["usage"]["completion_tokens"])
+            try:
+                # awaited before the add: `tokens += await ...` reads `tokens` before the await
+                # and would lose what other clients added meanwhile
+                got = await completion_tokens(session, base_url, body)
+            except REQUEST_ERRORS as exc:
+                if failures is None:
+                    raise
+                failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            tokens += got
 
     started = time.monotonic()
     timeout = aiohttp.ClientTimeout(total=600)
@@ -102,8 +132,8 @@ async def run(machine: str, mix: str, n: int, clients_list: Sequence[int], time_
             stops.append(stop)
         nginx_port = _free_port()
         conf = tmp / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(tmp=tmp, mtp=ports["mtp"], plain=ports["plain"],
-                                          port=nginx_port), encoding="utf-8")
+        conf.write_text(nginx_conf(tmp, nginx_port, [ports["mtp"], ports["plain"]]),
+                        encoding="utf-8")
         process = await asyncio.create_subprocess_exec(
             nginx, "-c", str(conf), "-p", str(tmp),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
