@@ -13,12 +13,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+import structlog
 from aiohttp import web
 
 from backends.engines import adapter_for
 from backends.gauges import EngineLoad, has_gauges, parse_gauges
 from backends.spec import BackendSpec
 from router.state import CONFIG, DEPS, GAUGE_SCRAPES, POOL, SESSION
+
+log = structlog.get_logger("specroute")
 
 
 @dataclass(slots=True)
@@ -58,14 +61,22 @@ async def _loop(app: web.Application, specs: list[BackendSpec]) -> None:
 
 async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | None:
     """One scrape of one engine, given to the pool when it is believable."""
-    settings, counts = app[CONFIG].load, app[GAUGE_SCRAPES][spec.name]
+    settings, counts, pool = app[CONFIG].load, app[GAUGE_SCRAPES][spec.name], app[POOL]
+    inflight_at_send = pool.runtime(spec.name).inflight
     load, error = await _read(app[SESSION], spec, settings.timeout_s)
     if load is None:
+        if counts.last_error != error:  # once per change, not ten times a second
+            log.warning("engine_gauges_dropped", backend=spec.name, error=error,
+                        detail="its load from others is not counted until they read again")
         counts.dropped += 1
         counts.last_error = error
         return None
+    if counts.last_error:
+        log.info("engine_gauges_read", backend=spec.name, running=load.running,
+                 waiting=load.waiting)
+        counts.last_error = ""
     counts.ok += 1
-    app[POOL].note_engine_load(spec.name, load, app[DEPS].clock())
+    pool.note_engine_load(spec.name, load, app[DEPS].clock(), inflight_at_send)
     return load
 
 

@@ -105,13 +105,16 @@ class BackendPool:
         known = [b.typical_ms for b in self._backends.values() if b.typical_ms > 0]
         return sum(known) / len(known) if known else 0.0
 
-    def note_engine_load(self, name: str, load: EngineLoad, now: float) -> None:
+    def note_engine_load(self, name: str, load: EngineLoad, now: float,
+                         inflight_at_send: int = 0) -> None:
         """The engine's own queue gauges, just read: what they count beyond this replica's
-        in-flight requests is someone else's (a request of ours that the engine has not seen
-        yet makes this low, never high)."""
+        in-flight requests is someone else's. Ours are counted as the most in flight while the
+        scrape was out (`inflight_at_send`, or now): a request of ours that ended meanwhile may
+        still be in the engine's count, and is not taken for someone else's; one the engine has
+        not seen yet makes this low, never high."""
         backend = self._backends[name]
         backend.gauge, backend.gauge_at = load, now
-        backend.gauge_others = max(0, load.requests - backend.inflight)
+        backend.gauge_others = max(0, load.requests - max(backend.inflight, inflight_at_send))
 
     def note_shared_inflight(self, counts: Mapping[str, int], now: float) -> None:
         """The other replicas' in-flight requests per instance (their published counts)."""

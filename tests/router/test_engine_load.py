@@ -25,6 +25,7 @@ async def test_gauges_that_lie_or_time_out_are_ignored(
     assert await scrape_once(app, spec) is None
     scrapes = app[GAUGE_SCRAPES]["plain-0"]
     assert scrapes.dropped == before + 1 and scrapes.last_error
+    assert scrapes.ok == 0  # none believed, from the first scrape on
     assert app[POOL].runtime("plain-0").others(app[DEPS].clock(), 1.0) == 0
     async with aiohttp.ClientSession() as session, session.get(
             f"http://127.0.0.1:{stack.proxy.port}/metrics") as response:

@@ -56,3 +56,12 @@ def test_other_replicas_counts_stand_in_where_no_gauge_is_fresh() -> None:
     pool.note_engine_load("a", EngineLoad(0, 0), now=5.1)  # a fresh gauge wins
     assert _state(pool, "a", 5.2).inflight == 0
     assert pool.own_inflight() == {"a": 0, "b": 0}
+
+
+def test_a_request_of_ours_that_ended_while_the_scrape_was_out_is_not_someone_else_s() -> None:
+    pool = _pool()
+    ticket = pool.begin("a", predicted_ms=100.0, now=0.0)
+    sent_with = pool.runtime("a").inflight  # 1 when the scrape went out
+    pool.end("a", ticket)  # ours ended; the engine's answer still counts it
+    pool.note_engine_load("a", EngineLoad(1, 0), now=0.01, inflight_at_send=sent_with)
+    assert _state(pool, "a", 0.02).inflight == 0
