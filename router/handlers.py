@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 from collections.abc import Coroutine
 from typing import Any
@@ -23,11 +22,12 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
+from router.exchange import account, plan_for
 from router.online import pace_status
 from router.openapi import openapi_document
 from router.paths import forwardable_path
-from router.records import CONTENT_CAP, record_for
-from router.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
+from router.records import CONTENT_CAP
+from router.routing import RoutedRequest
 from router.upstream_body import upstream_body
 
 ROUTED = {
@@ -90,28 +90,10 @@ def _routed_handler(endpoint: str) -> Any:
 
 async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     app = request.app
-    deps, pool, sessions = app[state.DEPS], app[state.POOL], app[state.SESSIONS]
+    deps, pool = app[state.DEPS], app[state.POOL]
     started = deps.clock()
     raw = await read_body(request)
-    snapshot = app[state.POLICY].snapshot
-    incoming = Incoming(
-        endpoint, raw, request_id=deps.new_request_id(),
-        header_route=request.headers.get("x-specroute-route"),
-        conversation_hint=request.headers.get("x-specroute-conversation"),
-    )
-    plan = plan_request(incoming, RoutingInputs(
-        policy=snapshot.policy,
-        model=app[state.ONLINE].model,
-        scorer=app[state.SCORER].current,
-        count_tokens=app[state.TOKENS],
-        backends=pool.states(started),
-        draw=deps.random() if deps.explore else None,
-        held_for=lambda key: sessions.get(key, started),
-        arms=app[state.ONLINE].arms,
-        engine_of=lambda name: pool.runtime(name).spec.engine,
-        tools_memo=app[state.TOOLS_MEMO],
-        ask_memo=app[state.ASK_MEMO],
-    ))
+    plan = plan_for(app, endpoint, raw, request.headers, started)
     primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
@@ -140,7 +122,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     finally:
         pool.end(primary, ticket)
         if counters is None:
-            _account(app, plan, result, started)
+            account(app, plan, result, started)
         else:  # an await: shielded, so that a client hanging up now loses no record
             await _shielded(app, _settle_and_account(app, plan, result, started, counters))
 
@@ -154,7 +136,7 @@ async def _settle_and_account(
 ) -> None:
     if not result.client_disconnected:
         await spec_counters.settle(app, counters, result.backend, result.meter)
-    _account(app, plan, result, started)
+    account(app, plan, result, started)
 
 
 async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
@@ -178,28 +160,6 @@ def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -
         "x-specroute-pool": plan.pool,
         "x-specroute-rewrite": plan.rewrite_header(),
     }
-
-
-def _account(app: web.Application, plan: RoutedRequest, result: ForwardResult, started: float) -> None:
-    deps, pool = app[state.DEPS], app[state.POOL]
-    now = deps.clock()
-    for name in result.failover_from:
-        pool.mark_failed(name, now, result.error or "failed")
-    if result.backend and not result.error:
-        pool.mark_served(result.backend)
-        if 200 <= result.status < 300 and not result.client_disconnected:
-            prompt_tokens = result.meter.report.prompt_tokens or plan.features.prompt_tokens
-            app[state.SESSIONS].remember(plan.conversation, result.backend, result.profile,
-                                         prompt_tokens, now)
-            link = app.get(state.REPLICAS)
-            if link is not None:  # the next turn may reach another replica
-                link.share_turn(plan.conversation, result.backend, result.profile, prompt_tokens)
-    # The record is built and written with the others that finish within the next few ms
-    # (router/sinks.RecordQueue): the answer has left already.
-    app[state.RECORDS].put(functools.partial(
-        record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
-        log_content=app[state.CONFIG].log.content,
-    ))
 
 
 async def models(request: web.Request) -> web.Response:
