@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_serve(sub)
+    _add_epp(sub)
     _add_demo(sub)
     for register in _registrars():
         register(sub)
@@ -48,6 +49,39 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--log-format", choices=("console", "json"), default="console",
                        help="format of the operator log on stderr")
     serve.set_defaults(func=_serve)
+
+
+def _add_epp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    epp = sub.add_parser(
+        "epp", help="run as the endpoint picker behind Envoy (Gateway API Inference Extension)",
+        formatter_class=Formatter,
+        description="Serve Envoy's external-processing gRPC stream (envoy.service.ext_proc.v3."
+        "ExternalProcessor) as the Gateway API Inference Extension's endpoint picker: for each "
+        "request Envoy sends its headers and body (FULL_DUPLEX_STREAMED), the picker makes the "
+        "proxy's decision and answers with the chosen instance, primary first, as ip:port in "
+        "the header x-gateway-destination-endpoint and in the envoy.lb dynamic metadata, the "
+        "body as the engine must get it, or an immediate 4xx (bad request) or 503 (no healthy "
+        "instance). The answer's headers and body pass through it, observed for the decision "
+        "log. Instances must be named http://<ip>:<port>. /readyz, /metrics and /dashboard stay "
+        "on the config's listen address; gRPC health (liveness, readiness) on the gRPC port. "
+        "Envoy's side: deploy/envoy/envoy.yaml.",
+    )
+    epp.add_argument("--config", default="config.yaml", help="config file")
+    epp.add_argument("--grpc-host", default="127.0.0.1", help="gRPC listen address")
+    epp.add_argument("--grpc-port", type=int, default=9002,
+                     help="gRPC port Envoy's ext_proc filter connects to (0: a free one)")
+    epp.add_argument("--endpoints", choices=("list", "primary"), default="list",
+                     help="list: the chosen instance, then the other allowed ones as fallbacks "
+                     "(deploy/envoy/envoy-fallback.yaml, Envoy's override_host policy); primary: "
+                     "the chosen one only (deploy/envoy/envoy.yaml: an ORIGINAL_DST cluster "
+                     "takes exactly one ip:port)")
+    epp.add_argument("--host", default=None, help="HTTP address for /readyz, /metrics "
+                     "(overrides config listen.host)")
+    epp.add_argument("--port", type=int, default=None, help="HTTP port (overrides config "
+                     "listen.port)")
+    epp.add_argument("--log-format", choices=("console", "json"), default="console",
+                     help="format of the operator log on stderr")
+    epp.set_defaults(func=_epp)
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -104,6 +138,21 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"specroute: invalid config:\n{exc}", file=sys.stderr)
         return 2
     return run(_with_listen(config, args.host, args.port), log_format=args.log_format)
+
+
+def _epp(args: argparse.Namespace) -> int:
+    from router.epp.server import PickerConfigError, check_endpoints, serve_grpc
+    from router.serve import run
+
+    try:
+        config = load_config(args.config)
+        check_endpoints(config)
+    except (ConfigError, PickerConfigError) as exc:
+        print(f"specroute: invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    return run(_with_listen(config, args.host, args.port), log_format=args.log_format,
+               beside=lambda app: serve_grpc(app, args.grpc_host, args.grpc_port,
+                                             fallbacks=args.endpoints == "list"))
 
 
 def _with_listen(config: Config, host: str | None, port: int | None) -> Config:

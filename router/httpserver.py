@@ -13,8 +13,11 @@ SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -25,6 +28,9 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from router.errors import error_response
+
+# Another server run beside the app, for as long as it runs (router/epp's gRPC server).
+Beside = Callable[[web.Application], AbstractAsyncContextManager[Any]]
 
 log = structlog.get_logger("specroute")
 
@@ -92,8 +98,11 @@ def make_runner(app: web.Application, **kwargs: Any) -> ProxyRunner:
     return ProxyRunner(app, handler_cancellation=True, access_log=None, **kwargs)
 
 
-async def serve(app: web.Application, host: str, port: int) -> None:
-    """Serve `app` until SIGINT or SIGTERM, then shut down cleanly (cleanup contexts run)."""
+async def serve(app: web.Application, host: str, port: int,
+                beside: Beside | None = None) -> None:
+    """Serve `app` until SIGINT or SIGTERM, then shut down cleanly (cleanup contexts run).
+    `beside`: another server on the same app (the endpoint picker's gRPC), started once the
+    app is and stopped before it."""
     runner = make_runner(app)
     await runner.setup()
     try:
@@ -103,6 +112,9 @@ async def serve(app: web.Application, host: str, port: int) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         print(f"specroute listening on http://{host}:{port}/v1", file=sys.stderr, flush=True)
-        await stop.wait()
+        async with contextlib.AsyncExitStack() as stack:
+            if beside is not None:
+                await stack.enter_async_context(beside(app))
+            await stop.wait()
     finally:
         await runner.cleanup()

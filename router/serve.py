@@ -17,7 +17,7 @@ from backends.supervisor import BackendStartError
 from decisionlog.writer import LogFileError
 from router.app import create_app
 from router.config import Config, ConfigError
-from router.httpserver import make_runner, serve
+from router.httpserver import Beside, make_runner, serve
 from router.state import Deps
 
 # The collector's youngest pass runs every 700 container allocations by default: a few times per
@@ -53,9 +53,13 @@ def configure_logging(log_format: str = "console") -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
 
-def run(config: Config, *, log_format: str = "console", deps: Deps | None = None) -> int:
+def run(config: Config, *, log_format: str = "console", deps: Deps | None = None,
+        beside: Beside | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; `beside`: the endpoint picker's gRPC server, on the
+    default event loop (grpc.aio's own integration is asyncio's)."""
     configure_logging(log_format)
-    _install_uvloop()
+    if beside is None:
+        _install_uvloop()
     try:
         app = create_app(config, deps=deps)
     except (ConfigError, ValueError, OSError) as exc:  # bad policy file, artifact, log path
@@ -63,7 +67,7 @@ def run(config: Config, *, log_format: str = "console", deps: Deps | None = None
         return 2
     tune_gc()
     try:
-        asyncio.run(serve(app, config.listen.host, config.listen.port))
+        asyncio.run(serve(app, config.listen.host, config.listen.port, beside))
     except KeyboardInterrupt:
         pass
     except (LogFileError, OSError, BackendStartError, CapabilityError) as exc:

@@ -383,7 +383,8 @@ async def test_the_picked_upstream_serves_and_the_answer_comes_back_unchanged(
     if upload == "in pieces":
         assert len(picker.chunks) > 1  # the picker gathered them before it answered
     assert picker.request_headers[0][":path"] == "/v1/chat/completions"
-    assert picker.response_attributes == [{"upstream.address": picked.address}]
+    assert picker.response_attributes == [{"upstream.address": picked.address,
+                                           "response.code_details": "via_upstream"}]
 
 
 async def test_a_pick_sent_after_the_headers_answer_is_too_late(
@@ -500,7 +501,8 @@ async def test_the_fallback_config_fails_over_to_the_next_endpoint_of_the_list(
     assert (status, answer) == (200, live.answer())
     assert (retries, failed) == (1, 1)  # the primary was tried first
     assert [seen.body for seen in live.seen] == [body]
-    assert picker.response_attributes == [{"upstream.address": live.address}]
+    assert picker.response_attributes == [{"upstream.address": live.address,
+                                           "response.code_details": "via_upstream"}]
     # the policy wrote the endpoint that served into envoy.lb, forwarded to the picker
     served = {SERVED: live.address}
     assert picker.response_metadata == [served | ({DESTINATION: picks} if how == "metadata"

@@ -1,0 +1,107 @@
+"""`specroute epp`: the gRPC ExternalProcessor that Envoy asks, one stream per HTTP request,
+beside the same aiohttp app that the proxy runs (its state, background work and `/readyz`,
+`/metrics`, `/dashboard` on `listen`), so that a decision here is the proxy's decision.
+
+Health: the standard gRPC health service, with `liveness`, `readiness` and the ext_proc
+service's own name (the protocol's three), SERVING while an instance is healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import AsyncIterator
+from typing import Final
+
+import grpc
+import structlog
+from aiohttp import web
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from router import state
+from router.config import Config
+from router.epp.exchange import Exchange, endpoint_of
+
+log = structlog.get_logger("specroute")
+SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
+HEALTH_SERVICES: Final = ("", "liveness", "readiness", SERVICE)
+HEALTH_INTERVAL_S: Final = 1.0
+
+
+class PickerConfigError(ValueError):
+    """A config the picker cannot serve (names the backend and why)."""
+
+
+def check_endpoints(config: Config) -> None:
+    """Envoy's original-destination cluster connects to `ip:port` as given: every instance must
+    be named by an IP address and a port, with no path under it."""
+    for spec in config.backends:
+        endpoint = endpoint_of(spec.base_url)
+        host, _, port = endpoint.rpartition(":")
+        rest = spec.base_url.split("://", 1)[-1][len(endpoint):]
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise PickerConfigError(
+                f"backend {spec.name!r}: {spec.base_url} is not an IP address and port; Envoy "
+                "sends to the `ip:port` the picker names") from None
+        if not port.isdigit() or rest.strip("/"):
+            raise PickerConfigError(f"backend {spec.name!r}: {spec.base_url} must be "
+                                    "http://<ip>:<port> (with no path) for the picker")
+
+
+class Picker(ext_proc_grpc.ExternalProcessorServicer):
+    """One ext_proc stream per HTTP request."""
+
+    def __init__(self, app: web.Application, fallbacks: bool = True) -> None:
+        self.app = app
+        self.fallbacks = fallbacks
+
+    async def Process(  # the gRPC method's name
+        self, request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
+        context: grpc.aio.ServicerContext[ext_proc.ProcessingRequest, ext_proc.ProcessingResponse],
+    ) -> AsyncIterator[ext_proc.ProcessingResponse]:
+        exchange = Exchange(self.app, self.fallbacks)
+        try:
+            async for message in request_iterator:
+                for response in exchange.on(message):
+                    yield response
+        finally:  # Envoy closed the stream (the answer ended, or the client left)
+            exchange.finish(cut_short=True)
+
+
+@contextlib.asynccontextmanager
+async def serve_grpc(app: web.Application, host: str, port: int,
+                     fallbacks: bool = True) -> AsyncIterator[int]:
+    """The gRPC server on (host, port) while the context is open; gives its port.
+    `fallbacks`: name the other allowed instances after the chosen one (Envoy's override_host
+    policy goes down the list; an ORIGINAL_DST cluster takes one `ip:port` only)."""
+    server = grpc.aio.server()
+    ext_proc_grpc.add_ExternalProcessorServicer_to_server(Picker(app, fallbacks), server)
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    watcher = asyncio.create_task(_health(app, servicer))
+    log.info("picker_listening", host=host, port=bound)
+    try:
+        yield bound
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await server.stop(grace=2.0)
+
+
+async def _health(app: web.Application, servicer: health.aio.HealthServicer) -> None:
+    while True:
+        ready = app[state.POOL].any_healthy(app[state.DEPS].clock())
+        status = (health_pb2.HealthCheckResponse.SERVING if ready
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in HEALTH_SERVICES:
+            alive = name == "liveness"
+            await servicer.set(name, health_pb2.HealthCheckResponse.SERVING if alive else status)
+        await asyncio.sleep(HEALTH_INTERVAL_S)

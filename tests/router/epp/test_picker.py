@@ -1,0 +1,273 @@
+"""`specroute epp` behind the real Envoy 1.40 (deploy/envoy/*.yaml as written), in front of
+simulated engines on loopback: the same choice and record as proxy mode, the engines' bytes
+unchanged, fallbacks, the picker gone, bad input, no instance."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from backends.local.cache import free_loopback_port
+from backends.local.envoy import render_config
+from backends.local.simulator import SimState, create_sim_app
+from backends.spec import BackendSpec
+from policies import observation_from_record
+from router.app import create_app
+from router.config import Config, LogConfig, SupervisorConfig
+from router.epp.server import PickerConfigError, check_endpoints, serve_grpc
+from router.state import DEPS, POOL, Deps
+from tests.backends.local.test_envoy import envoy_running, require_envoy
+from tests.router.conftest import ListSink, ServerFactory, gb10_policy
+
+ROOT = Path(__file__).resolve().parents[3]
+ORIGINAL_DST = ROOT / "deploy" / "envoy" / "envoy.yaml"
+FALLBACK = ROOT / "deploy" / "envoy" / "envoy-fallback.yaml"
+TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+ASKS: list[dict[str, Any]] = [
+    {"messages": [{"role": "user", "content": "```python\ndef add(a, b):\n    return a + b\n```"
+                   "\nAdd type hints and a docstring."}], "temperature": 0},
+    {"messages": [{"role": "user", "content": "Tell me a short story about the sea."}],
+     "temperature": 0.8},
+    {"messages": [{"role": "user", "content": "Explain how TCP congestion control reacts to "
+                   "packet loss, in technical detail."}], "temperature": 0},
+    {"messages": [{"role": "user", "content": "Write a Python function that parses a CSV file."}],
+     "temperature": 0, "stream": True},
+    {"messages": [{"role": "user", "content": "讲一个关于月亮的故事。"}], "temperature": 0.7,
+     "stream": True},
+]
+
+
+@dataclass
+class Engines:
+    states: dict[str, SimState]
+    servers: dict[str, TestServer]
+    specs: list[BackendSpec]
+
+
+async def engines(aiohttp_server: ServerFactory) -> Engines:
+    states = {"mtp-0": SimState(profile="mtp", acceptance={"technical": 0.8}),
+              "plain-0": SimState(profile="plain")}
+    servers = {name: await aiohttp_server(create_sim_app(s)) for name, s in states.items()}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=s.profile,
+                         url=f"http://127.0.0.1:{servers[name].port}")
+             for name, s in states.items()]
+    return Engines(states, servers, specs)
+
+
+def config_for(e: Engines, tmp: Path, name: str) -> Config:
+    return Config(backends=e.specs, default_backend="plain-0", tokenizer=False,
+                  classifier="rules", policy=gb10_policy(tmp),
+                  log=LogConfig(path=str(tmp / f"{name}.jsonl")),
+                  supervisor=SupervisorConfig(log_dir=str(tmp / "backends"),
+                                              startup_probe=False, health_interval_s=60.0))
+
+
+@dataclass
+class Front:
+    url: str  # the OpenAI base URL clients use
+    app: Any
+    sink: ListSink
+
+
+@contextlib.asynccontextmanager
+async def picker_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines, *,
+                       config: Path = FALLBACK) -> AsyncIterator[Front]:
+    """specroute epp (its app, its gRPC server) and Envoy running `config` in front."""
+    require_envoy()
+    sink = ListSink()
+    app = create_app(config_for(e, tmp, "epp"), deps=Deps(sinks=(sink,), explore=False,
+                                                          record_interval_s=0.0))
+    await aiohttp_server(app)  # the app's state and background work, /readyz
+    listen = free_loopback_port()
+    async with serve_grpc(app, "127.0.0.1", 0, fallbacks=config == FALLBACK) as grpc_port:
+        text = render_config(config, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                             ADMIN_PORT=free_loopback_port(),
+                             **({"MTP_PORT": e.servers["mtp-0"].port,
+                                 "PLAIN_PORT": e.servers["plain-0"].port}
+                                if config == FALLBACK else {}))
+        async with envoy_running(text, tmp / "envoy"):
+            yield Front(f"http://127.0.0.1:{listen}/v1", app, sink)
+
+
+async def proxy_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines) -> Front:
+    sink = ListSink()
+    app = create_app(config_for(e, tmp, "proxy"), deps=Deps(sinks=(sink,), explore=False,
+                                                            record_interval_s=0.0))
+    server = await aiohttp_server(app)
+    return Front(f"http://127.0.0.1:{server.port}/v1", app, sink)
+
+
+async def post(url: str, body: bytes | dict[str, Any],
+               headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as session, session.post(
+            url, data=data, headers={"Content-Type": "application/json", **(headers or {})},
+    ) as response:
+        return (response.status, {k.lower(): v for k, v in response.headers.items()},
+                await response.read())
+
+
+def chat(ask: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "sim-model", **ask}
+
+
+async def test_the_picker_chooses_what_the_proxy_chooses_and_logs_the_same_record(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    e = await engines(aiohttp_server)
+    proxy = await proxy_front(aiohttp_server, tmp_path, e)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        for ask in ASKS:
+            for front in (proxy, picker):
+                status, _, _ = await post(front.url + "/chat/completions", chat(ask))
+                assert status == 200, front
+        for _ in range(100):  # bounded: 5 s (records are written as each request finishes)
+            if len(picker.sink.records) >= len(ASKS):
+                break
+            await asyncio.sleep(0.05)
+    assert len(picker.sink.records) == len(proxy.sink.records) == len(ASKS)
+    served = {r.outcome.backend for r in proxy.sink.records}
+    assert served == {"mtp-0", "plain-0"}  # the asks exercise both instances
+    for by_proxy, by_picker in zip(proxy.sink.records, picker.sink.records, strict=True):
+        assert by_picker.outcome.backend == by_proxy.outcome.backend
+        assert by_picker.outcome.failover_from == ()
+        assert by_picker.decision["reason"] == by_proxy.decision["reason"]
+        assert by_picker.decision["profile"] == by_proxy.decision["profile"]
+        assert by_picker.classifier == by_proxy.classifier
+        assert by_picker.outcome.completion_tokens == by_proxy.outcome.completion_tokens
+        assert by_picker.outcome.backend_tps == by_proxy.outcome.backend_tps
+        assert by_picker.outcome.draft_n == by_proxy.outcome.draft_n
+        assert by_picker.outcome.status == 200 and not by_picker.outcome.client_disconnected
+        # the learner reads the picker's records as it reads the proxy's
+        observed = observation_from_record(by_picker)
+        assert observed is not None and observed.paced
+        by_proxy_observed = observation_from_record(by_proxy)
+        assert by_proxy_observed is not None
+        assert observed.decode_tps == pytest.approx(by_proxy_observed.decode_tps)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_answers_reach_the_client_byte_identical_to_the_engine_s(
+        aiohttp_server: ServerFactory, tmp_path: Path, stream: bool) -> None:
+    e = await engines(aiohttp_server)
+    ask = chat({**ASKS[0], "stream": stream})
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        status, headers, through = await post(picker.url + "/chat/completions", ask)
+    assert status == 200
+    backend = headers["x-specroute-backend"]
+    engine = e.servers[backend]
+    direct_status, _, direct = await post(
+        f"http://127.0.0.1:{engine.port}/v1/chat/completions", ask)
+    assert direct_status == 200 and through == direct
+    if stream:  # the picker asked for usage to measure it; the client does not get that chunk
+        received = e.states[backend].received[0]["body"]
+        assert received["stream_options"] == {"include_usage": True}
+        assert b'"choices":[]' not in through
+
+
+async def test_a_dead_instance_gets_the_fallback(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    e = await engines(aiohttp_server)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        await e.servers["mtp-0"].close()  # dead; the picker's health probe has not seen it
+        status, headers, body = await post(picker.url + "/chat/completions", chat(ASKS[0]))
+        assert status == 200 and json.loads(body)["choices"]
+        assert headers["x-specroute-backend"] == "plain-0"
+        for _ in range(100):  # bounded: 5 s
+            if picker.sink.records:
+                break
+            await asyncio.sleep(0.05)
+        record = picker.sink.records[0]
+        assert record.outcome.backend == "plain-0"
+        assert record.outcome.failover_from == ("mtp-0",)
+        # the next one does not try the dead instance first: it is marked failed for a while
+        assert picker.app[POOL].runtime("mtp-0").failed_until > picker.app[DEPS].clock()
+
+
+async def test_with_one_endpoint_a_dead_instance_is_envoy_s_503_and_then_avoided(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    e = await engines(aiohttp_server)
+    async with picker_front(aiohttp_server, tmp_path, e, config=ORIGINAL_DST) as picker:
+        await e.servers["mtp-0"].close()
+        status, _, _ = await post(picker.url + "/chat/completions", chat(ASKS[0]))
+        assert status == 503  # ORIGINAL_DST takes one ip:port: nothing to fail over to
+        status, headers, _ = await post(picker.url + "/chat/completions", chat(ASKS[0]))
+    assert status == 200 and headers["x-specroute-backend"] == "plain-0"
+
+
+async def test_the_picker_gone_midway_fails_requests_as_documented_then_recovers(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    require_envoy()
+    e = await engines(aiohttp_server)
+    app = create_app(config_for(e, tmp_path, "epp"), deps=Deps(explore=False))
+    await aiohttp_server(app)
+    listen, grpc_port = free_loopback_port(), free_loopback_port()
+    text = render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                         ADMIN_PORT=free_loopback_port())
+    url = f"http://127.0.0.1:{listen}/v1/chat/completions"
+    async with envoy_running(text, tmp_path / "envoy"):
+        async with serve_grpc(app, "127.0.0.1", grpc_port, fallbacks=False):
+            assert (await post(url, chat(ASKS[1])))[0] == 200
+        status, _, body = await post(url, chat(ASKS[1]))  # the picker is gone
+        assert (status, body) == (500, b"")  # deploy/envoy/envoy.yaml's documented failure
+        async with serve_grpc(app, "127.0.0.1", grpc_port, fallbacks=False):
+            for _ in range(50):  # bounded: Envoy reconnects to the picker
+                status = (await post(url, chat(ASKS[1])))[0]
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+    assert status == 200
+
+
+BAD_BODIES = [
+    b"{not json",
+    b"[]",
+    json.dumps({"model": "sim-model"}).encode(),  # no messages
+    json.dumps({"model": "sim-model", "messages": "hi"}).encode(),
+]
+
+
+async def test_bad_bodies_get_the_proxy_s_4xx(aiohttp_server: ServerFactory,
+                                             tmp_path: Path) -> None:
+    e = await engines(aiohttp_server)
+    proxy = await proxy_front(aiohttp_server, tmp_path, e)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        for body in BAD_BODIES:
+            by_proxy = await post(proxy.url + "/chat/completions", body)
+            by_picker = await post(picker.url + "/chat/completions", body)
+            assert 400 <= by_proxy[0] < 500, body
+            assert by_picker[0] == by_proxy[0], body
+            assert json.loads(by_picker[2]) == json.loads(by_proxy[2])
+            assert by_picker[1]["content-type"].startswith("application/json")
+    assert not e.states["mtp-0"].received and not e.states["plain-0"].received
+
+
+async def test_no_healthy_instance_is_an_immediate_503(aiohttp_server: ServerFactory,
+                                                      tmp_path: Path) -> None:
+    e = await engines(aiohttp_server)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        pool = picker.app[POOL]
+        for name in pool.names:
+            pool.set_health(name, False, "down for the test")
+        status, _, body = await post(picker.url + "/chat/completions", chat(ASKS[1]))
+    assert status == 503
+    assert json.loads(body)["error"]["code"] == "no_backend"
+    assert not e.states["mtp-0"].received and not e.states["plain-0"].received
+
+
+def test_instances_must_be_named_by_ip_and_port(tmp_path: Path) -> None:
+    spec = BackendSpec(name="a", engine="llamacpp", profile="plain", url="http://gpu-1:8000")
+    config = Config(backends=[spec], tokenizer=False, classifier="rules")
+    with pytest.raises(PickerConfigError, match="not an IP address"):
+        check_endpoints(config)
+    ok = spec.model_copy(update={"url": "http://10.0.0.7:8000/v1"})
+    check_endpoints(config.model_copy(update={"backends": [ok]}))
