@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,3 +274,45 @@ def test_instances_must_be_named_by_ip_and_port(tmp_path: Path) -> None:
         check_endpoints(config)
     ok = spec.model_copy(update={"url": "http://10.0.0.7:8000/v1"})
     check_endpoints(config.model_copy(update={"backends": [ok]}))
+
+
+async def test_specroute_epp_killed_with_sigkill_mid_run_is_envoy_s_documented_500(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    require_envoy()
+    e = await engines(aiohttp_server)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "backends:\n" + "".join(
+            f"  - {{name: {s.name}, engine: llamacpp, profile: {s.profile}, url: '{s.base_url}'}}\n"
+            for s in e.specs)
+        + "tokenizer: false\nclassifier: rules\nlog: {path: epp.jsonl}\n"
+        "supervisor: {startup_probe: false}\n")
+    grpc_port, http_port, listen = free_loopback_port(), free_loopback_port(), free_loopback_port()
+    process = subprocess.Popen(  # noqa: ASYNC220  # forks and returns; every wait is bounded
+        [sys.executable, "-m", "router", "epp", "--config", str(config), "--grpc-port",
+         str(grpc_port), "--port", str(http_port), "--endpoints", "primary"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    text = render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                         ADMIN_PORT=free_loopback_port())
+    url = f"http://127.0.0.1:{listen}/v1/chat/completions"
+    try:
+        async with envoy_running(text, tmp_path / "envoy"):
+            status = 0
+            for _ in range(100):  # bounded: 20 s for the picker to start
+                assert process.poll() is None, "specroute epp exited early"
+                with contextlib.suppress(aiohttp.ClientError):
+                    status = (await post(url, chat(ASKS[1])))[0]
+                if status == 200:
+                    break
+                await asyncio.sleep(0.2)
+            assert status == 200
+            await asyncio.sleep(0.3)  # its record is written within 20 ms of the answer
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+            status, _, body = await post(url, chat(ASKS[1]))
+            assert (status, body) == (500, b"")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert (tmp_path / "epp.jsonl").read_text().count("\n") == 1  # the one it served, logged
