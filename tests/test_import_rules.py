@@ -63,7 +63,7 @@ PURE = [
     "policies/learner/pace.py", "policies/decision/pins.py", "policies/decision/ask.py",
     "policies/policyfile/words.py", "router/json_body.py", "router/upstream_body.py",
     "router/routing.py", "classifiers/text.py", "classifiers/memos.py",
-    "backends/gauges.py", "policies/learner/shared.py",
+    "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
