@@ -67,12 +67,13 @@ async def engines(aiohttp_server: ServerFactory) -> Engines:
     return Engines(states, servers, specs)
 
 
-def config_for(e: Engines, tmp: Path, name: str) -> Config:
+def config_for(e: Engines, tmp: Path, name: str, **fields: Any) -> Config:
+    settings: dict[str, Any] = {"policy": gb10_policy(tmp), **fields}
     return Config(backends=e.specs, default_backend="plain-0", tokenizer=False,
-                  classifier="rules", policy=gb10_policy(tmp),
-                  log=LogConfig(path=str(tmp / f"{name}.jsonl")),
+                  classifier="rules", log=LogConfig(path=str(tmp / f"{name}.jsonl")),
                   supervisor=SupervisorConfig(log_dir=str(tmp / "backends"),
-                                              startup_probe=False, health_interval_s=60.0))
+                                              startup_probe=False, health_interval_s=60.0),
+                  **settings)
 
 
 @dataclass
@@ -84,12 +85,12 @@ class Front:
 
 @contextlib.asynccontextmanager
 async def picker_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines, *,
-                       config: Path = FALLBACK) -> AsyncIterator[Front]:
+                       config: Path = FALLBACK, **fields: Any) -> AsyncIterator[Front]:
     """specroute epp (its app, its gRPC server) and Envoy running `config` in front."""
     require_envoy()
     sink = ListSink()
-    app = create_app(config_for(e, tmp, "epp"), deps=Deps(sinks=(sink,), explore=False,
-                                                          record_interval_s=0.0))
+    app = create_app(config_for(e, tmp, "epp", **fields),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
     await aiohttp_server(app)  # the app's state and background work, /readyz
     listen = free_loopback_port()
     async with serve_grpc(app, "127.0.0.1", 0, fallbacks=config == FALLBACK) as grpc_port:
@@ -102,10 +103,11 @@ async def picker_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines, *,
             yield Front(f"http://127.0.0.1:{listen}/v1", app, sink)
 
 
-async def proxy_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines) -> Front:
+async def proxy_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines,
+                      **fields: Any) -> Front:
     sink = ListSink()
-    app = create_app(config_for(e, tmp, "proxy"), deps=Deps(sinks=(sink,), explore=False,
-                                                            record_interval_s=0.0))
+    app = create_app(config_for(e, tmp, "proxy", **fields),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
     server = await aiohttp_server(app)
     return Front(f"http://127.0.0.1:{server.port}/v1", app, sink)
 
@@ -316,3 +318,24 @@ async def test_specroute_epp_killed_with_sigkill_mid_run_is_envoy_s_documented_5
             process.kill()
             process.wait(timeout=10)
     assert (tmp_path / "epp.jsonl").read_text().count("\n") == 1  # the one it served, logged
+
+
+async def test_a_rewritten_body_reaches_the_engine_as_proxy_mode_sends_it(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # the ds4 policy sends chat to the `nothink` pool with {model: deepseek-chat, thinking: off}
+    e = await engines(aiohttp_server)
+    e.specs = [s.model_copy(update={"engine": "ds4"}) for s in e.specs]
+    ds4 = {"pools": {"nothink": ["plain-0"]},
+           "policy": str(ROOT / "policies" / "ds4-gb10.yaml")}
+    casual = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "hey, how are you?"}]}
+    proxy = await proxy_front(aiohttp_server, tmp_path, e, **ds4)
+    status, by_proxy, _ = await post(proxy.url + "/chat/completions", casual)
+    assert status == 200 and by_proxy["x-specroute-rewrite"] != "none"
+    sent_by_proxy = e.states["plain-0"].received[-1]["body"]
+    async with picker_front(aiohttp_server, tmp_path, e, **ds4) as picker:
+        status, by_picker, _ = await post(picker.url + "/chat/completions", casual)
+    assert status == 200
+    assert by_picker["x-specroute-rewrite"] == by_proxy["x-specroute-rewrite"]
+    assert by_picker["x-specroute-backend"] == "plain-0"
+    assert e.states["plain-0"].received[-1]["body"] == sent_by_proxy
+    assert sent_by_proxy["model"] == "deepseek-chat"
