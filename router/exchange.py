@@ -44,6 +44,21 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
     ))
 
 
+def route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:
+    """What the client learns of the decision, on the answer's headers (`x-specroute-*`)."""
+    overhead = ((result.sent_at or started) - started) * 1000
+    return {
+        "x-specroute-backend": result.backend or "none",
+        "x-specroute-profile": result.profile or plan.decision.profile,
+        "x-specroute-class": plan.scores.top_class if plan.scores else "unknown",
+        "x-specroute-reason": plan.decision.reason,
+        "x-specroute-overhead-ms": f"{overhead:.3f}",
+        "x-specroute-request-id": plan.request_id,
+        "x-specroute-pool": plan.pool,
+        "x-specroute-rewrite": plan.rewrite_header(),
+    }
+
+
 def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
             started: float) -> None:
     """After the answer: the instances that failed, the conversation's new home (here and, with

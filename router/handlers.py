@@ -22,7 +22,7 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import spec_counters, state
 from router.errors import RequestError, error_response
-from router.exchange import account, plan_for
+from router.exchange import account, plan_for, route_headers
 from router.online import pace_status
 from router.openapi import openapi_document
 from router.paths import forwardable_path
@@ -114,7 +114,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         return await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
             result=result, clock=deps.clock, options=options,
-            response_headers=lambda r: _route_headers(plan, r, started),
+            response_headers=lambda r: route_headers(plan, r, started),
         )
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
@@ -146,20 +146,6 @@ async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> No
     pending.add(task)
     task.add_done_callback(pending.discard)
     await asyncio.shield(task)
-
-
-def _route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:
-    overhead = ((result.sent_at or started) - started) * 1000
-    return {
-        "x-specroute-backend": result.backend or "none",
-        "x-specroute-profile": result.profile or plan.decision.profile,
-        "x-specroute-class": plan.scores.top_class if plan.scores else "unknown",
-        "x-specroute-reason": plan.decision.reason,
-        "x-specroute-overhead-ms": f"{overhead:.3f}",
-        "x-specroute-request-id": plan.request_id,
-        "x-specroute-pool": plan.pool,
-        "x-specroute-rewrite": plan.rewrite_header(),
-    }
 
 
 async def models(request: web.Request) -> web.Response:

@@ -29,7 +29,7 @@ from backends.upstream import ForwardResult
 from router import state
 from router.epp import messages
 from router.errors import RequestError
-from router.exchange import account, plan_for
+from router.exchange import account, plan_for, route_headers
 from router.handlers import ROUTED
 from router.paths import forwardable_path
 from router.records import CONTENT_CAP
@@ -166,18 +166,7 @@ class Exchange:
             self._served("")
         else:
             self._served(messages.served_endpoint(message))
-        overhead_ms = ((result.sent_at or self.started) - self.started) * 1000
-        set_headers = {
-            "x-specroute-backend": result.backend or "none",
-            "x-specroute-profile": result.profile or plan.decision.profile,
-            "x-specroute-class": plan.scores.top_class if plan.scores else "unknown",
-            "x-specroute-reason": plan.decision.reason,
-            "x-specroute-overhead-ms": f"{overhead_ms:.3f}",
-            "x-specroute-request-id": plan.request_id,
-            "x-specroute-pool": plan.pool,
-            "x-specroute-rewrite": plan.rewrite_header(),
-        }
-        responses = [messages.response_headers(set_headers)]
+        responses = [messages.response_headers(route_headers(plan, result, self.started))]
         if message.response_headers.end_of_stream:
             self.finish()
         return responses
