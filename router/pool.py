@@ -121,6 +121,10 @@ class BackendPool:
         for name, backend in self._backends.items():
             backend.shared_others, backend.shared_at = max(0, counts.get(name, 0)), now
 
+    def others_inflight(self, name: str, now: float) -> int:
+        """Requests on `name` that this replica did not send, as last seen and still fresh."""
+        return self._backends[name].others(now, self._load_max_age_s)
+
     def own_inflight(self) -> dict[str, int]:
         return {name: b.inflight for name, b in self._backends.items()}
 
@@ -182,7 +186,7 @@ class BackendPool:
                 "url": b.spec.base_url,
                 "healthy": b.healthy(now),
                 "inflight": b.inflight,
-                "others_inflight": b.others(now, self._load_max_age_s),
+                "others_inflight": self.others_inflight(b.spec.name, now),
                 "engine_gauges": (None if b.gauge is None else
                                   {"running": b.gauge.running, "waiting": b.gauge.waiting,
                                    "age_s": round(now - b.gauge_at, 3)}),

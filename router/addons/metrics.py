@@ -225,9 +225,9 @@ class MetricsAddon(Addon):
     def _refresh_load(self, app: web.Application, now: float) -> None:
         """The shared store's health and the load others put on each instance."""
         metrics = self.metrics
-        for backend in app[POOL].describe(now):
-            metrics.others_inflight.labels(backend=str(backend["name"])).set(
-                float(str(backend["others_inflight"])))
+        pool = app[POOL]
+        for name in pool.names:
+            metrics.others_inflight.labels(backend=name).set(pool.others_inflight(name, now))
         for name, scrapes in app.get(GAUGE_SCRAPES, {}).items():
             metrics.gauge_scrapes_dropped.labels(backend=name).inc(
                 scrapes.dropped - self._dropped_seen.get(name, 0))

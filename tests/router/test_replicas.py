@@ -207,8 +207,7 @@ STORY = {"model": "sim-model", "temperature": 0.7,
 
 
 def others_on(server: Any, backend: str) -> int:
-    pool = server.app[POOL]
-    return int(pool.runtime(backend).others(server.app[DEPS].clock(), 1.0))
+    return int(server.app[POOL].others_inflight(backend, server.app[DEPS].clock()))
 
 
 LONG_SYSTEM = "You are a careful assistant for a large codebase. " * 400  # ~8k prompt tokens
