@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision
-from policies.decision.finish import queued_work, with_others
+from policies.decision.finish import queued_work
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
 from policies.decision.sessions import Held, SessionTable, conversation_key
@@ -88,5 +88,4 @@ __all__ = [
     "sums_from_json",
     "sums_to_json",
     "total_sums",
-    "with_others",
 ]

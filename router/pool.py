@@ -14,14 +14,14 @@ router/replicas). Either is trusted only while fresh (`load_max_age_s`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import BackendState, queued_work, with_others
+from policies import BackendState, queued_work
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
 # price of a request someone else put there (its own prediction is not known here).
@@ -46,6 +46,9 @@ class BackendRuntime:
     gauge_at: float = -1e18
     shared_others: int = 0  # other replicas' in-flight requests here (engines with no gauges)
     shared_at: float = -1e18
+    # when each request others put here was first seen, oldest first: their elapsed time, as
+    # for this replica's own (one that has run long is nearly done, not a whole request more)
+    others_seen: list[float] = field(default_factory=list)
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -92,13 +95,14 @@ class BackendPool:
         for b in self._backends.values():
             # every decision reads every instance's queue: summed up here, not one object per
             # request in flight
-            queued = queued_work(b.running.values(), now)
             others = b.others(now, self._load_max_age_s)
-            if others:
-                queued = with_others(queued, others, b.typical_ms or fallback_ms)
+            running: Collection[tuple[float, float]] = b.running.values()
+            if others:  # priced at the instance's typical request, timed from when first seen
+                typical = b.typical_ms or fallback_ms
+                running = [*running, *((typical, seen) for seen in b.others_seen[:others])]
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
                                        b.inflight + others, pools=self._pools[b.spec.name],
-                                       queued=queued))
+                                       queued=queued_work(running, now)))
         return states
 
     def _mean_typical_ms(self) -> float:
@@ -115,11 +119,14 @@ class BackendPool:
         backend = self._backends[name]
         backend.gauge, backend.gauge_at = load, now
         backend.gauge_others = max(0, load.requests - max(backend.inflight, inflight_at_send))
+        _seen(backend.others_seen, backend.gauge_others, now)
 
     def note_shared_inflight(self, counts: Mapping[str, int], now: float) -> None:
         """The other replicas' in-flight requests per instance (their published counts)."""
         for name, backend in self._backends.items():
             backend.shared_others, backend.shared_at = max(0, counts.get(name, 0)), now
+            if now - backend.gauge_at > self._load_max_age_s:  # the gauges, when fresh, count
+                _seen(backend.others_seen, backend.shared_others, now)
 
     def others_inflight(self, name: str, now: float) -> int:
         """Requests on `name` that this replica did not send, as last seen and still fresh."""
@@ -200,3 +207,10 @@ class BackendPool:
     @staticmethod
     def _target(spec: BackendSpec) -> Target:
         return Target(spec.name, spec.profile, spec.base_url, spec.api_key)
+
+
+def _seen(seen: list[float], count: int, now: float) -> None:
+    """Others' requests as now counted: the oldest are the ones that ended (an instance serves
+    them in turn), new ones are seen from now."""
+    del seen[:max(0, len(seen) - count)]
+    seen.extend([now] * (count - len(seen)))

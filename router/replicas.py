@@ -77,12 +77,15 @@ class StoreHealth:
     conversations_out: int = 0
 
     def ok(self) -> None:
+        if self.state == "failing":
+            log.info("store_ok", replica=self.replica, failures=self.failures)
         self.state = "ok"
 
     def failed(self, what: str, exc: BaseException) -> None:
+        """Counted each time; logged once per outage (the loops fail in turn meanwhile)."""
         self.failures += 1
         detail = f"{what}: {type(exc).__name__}: {exc}" if str(exc) else f"{what}: {type(exc).__name__}"
-        if self.state != "failing" or detail != self.last_error:
+        if self.state != "failing":
             log.warning("store_failing", replica=self.replica, error=detail)
         self.state, self.last_error = "failing", detail
 

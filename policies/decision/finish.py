@@ -75,15 +75,6 @@ def queued_work(running: Collection[tuple[float, float]], now: float) -> Queued:
     return Queued(len(predicted), _work_ahead(predicted, elapsed))
 
 
-def with_others(queued: Queued, requests: int, typical_ms: float) -> Queued:
-    """The queue with `requests` more that someone else put on the instance (another replica,
-    a client that bypasses the router), each priced at `typical_ms`: their predictions are not
-    known here."""
-    if requests <= 0:
-        return queued
-    return Queued(queued.requests + requests, queued.work_ms + requests * typical_ms)
-
-
 def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float]) -> float:
     if not predicted:
         return 0.0
