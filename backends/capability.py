@@ -171,14 +171,26 @@ async def scrape_metrics(
 ) -> dict[str, float] | None:
     """The engine's Prometheus counters (`parse_prometheus`), or None when it has none or the
     scrape fails. Difference two scrapes with `stats.counter_delta(before, after, counters)`."""
+    text, _ = await metrics_text(spec, adapter, session, timeout)
+    return parse_prometheus(text) if text is not None else None
+
+
+async def metrics_text(
+    spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
+    timeout: aiohttp.ClientTimeout,
+) -> tuple[str | None, str]:
+    """The engine's `/metrics` text, or None and why (no metrics path, an error status, the
+    connection or the timeout)."""
     if not adapter.metrics_path:
-        return None
+        return None, "no metrics path"
     try:
         async with session.get(spec.base_url + adapter.metrics_path, headers=_auth(spec),
                                timeout=timeout) as response:
-            return parse_prometheus(await response.text()) if response.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError):
-        return None
+            if response.status != 200:
+                return None, f"HTTP {response.status}"
+            return await response.text(errors="replace"), ""
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _speculation_warnings(spec: BackendSpec, report: UpstreamReport) -> list[str]:

@@ -16,6 +16,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from backends.capability import metrics_text
 from backends.engines import adapter_for
 from backends.gauges import EngineLoad, has_gauges, parse_gauges
 from backends.spec import BackendSpec
@@ -83,15 +84,9 @@ async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | N
 async def _read(
     session: aiohttp.ClientSession, spec: BackendSpec, timeout_s: float
 ) -> tuple[EngineLoad | None, str]:
-    url = spec.base_url + adapter_for(spec).metrics_path
-    headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-    try:
-        async with session.get(url, headers=headers,
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-            if response.status != 200:
-                return None, f"HTTP {response.status}"
-            text = await response.text(errors="replace")
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    text, error = await metrics_text(spec, adapter_for(spec), session,
+                                     aiohttp.ClientTimeout(total=timeout_s))
+    if text is None:
+        return None, error
     load = parse_gauges(spec.engine, text)
     return load, "" if load is not None else "queue gauges missing or not believable"
