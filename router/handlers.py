@@ -189,12 +189,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     app = request.app
     deps, pool, config = app[state.DEPS], app[state.POOL], app[state.CONFIG]
     started = deps.clock()
-    default = config.default_backend_name
-    healthy = [s.name for s in pool.states(started) if s.healthy and s.name != default]
+    order = pool.default_order(config.default_backend_name, started)
     body = await read_body(request) if request.can_read_body else None
     result = ForwardResult(meter=StreamMeter(started_at=started))
     response = await forward(
-        request, app[state.SESSION], pool.targets([default, *healthy]), path,
+        request, app[state.SESSION], pool.targets(order), path,
         body, result=result, clock=deps.clock,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},

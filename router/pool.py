@@ -135,6 +135,12 @@ class BackendPool:
     def own_inflight(self) -> dict[str, int]:
         return {name: b.inflight for name, b in self._backends.items()}
 
+    def default_order(self, default: str, now: float) -> list[str]:
+        """Where a request that is not routed goes: the default backend, then the healthy
+        others (health alone: no queue is summed up for it)."""
+        return [default, *(name for name, b in self._backends.items()
+                           if name != default and b.healthy(now))]
+
     def any_healthy(self, now: float) -> bool:
         return any(b.healthy(now) for b in self._backends.values())
 

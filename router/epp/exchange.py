@@ -147,9 +147,8 @@ class Exchange:
         if forwardable_path(self.path) is None:
             self.done = True
             return _error(404, "Unknown path.", "not_found")
-        default = config.default_backend_name
-        healthy = [s.name for s in pool.states(self.started) if s.healthy and s.name != default]
-        order = [default, *healthy] if self.fallbacks else [default]
+        order = pool.default_order(config.default_backend_name, self.started)
+        order = order if self.fallbacks else order[:1]
         endpoints = [endpoint_of(t.base_url) for t in pool.targets(order)]
         return messages.picked(endpoints, {}, _OURS)
 
