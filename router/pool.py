@@ -91,14 +91,16 @@ class BackendPool:
 
     def states(self, now: float) -> list[BackendState]:
         states = []
-        fallback_ms = self._mean_typical_ms()
+        fallback_ms: float | None = None  # asked for only when someone else's work is seen
         for b in self._backends.values():
             # every decision reads every instance's queue: summed up here, not one object per
             # request in flight
             others = b.others(now, self._load_max_age_s)
             running: Collection[tuple[float, float]] = b.running.values()
             if others:  # priced at the instance's typical request, timed from when first seen
-                typical = b.typical_ms or fallback_ms
+                if not b.typical_ms and fallback_ms is None:
+                    fallback_ms = self._mean_typical_ms()
+                typical = b.typical_ms or fallback_ms or 0.0
                 running = [*running, *((typical, seen) for seen in b.others_seen[:others])]
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
                                        b.inflight + others, pools=self._pools[b.spec.name],
