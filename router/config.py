@@ -77,7 +77,7 @@ class LoadConfig(_Strict):
     timeout_s: float = Field(0.5, gt=0, description="a scrape slower than this is ignored")
     max_age_s: float = Field(
         1.0, gt=0, description="load seen longer ago than this (a gauge, or another replica's "
-        "published count) is no longer counted"
+        "published requests) is no longer counted"
     )
 
 
@@ -100,8 +100,9 @@ class ReplicasConfig(_Strict):
         "this often"
     )
     load_interval_s: float = Field(
-        0.1, gt=0, description="publish this replica's in-flight counts (for engines with no "
-        "gauges) and read the others' this often"
+        0.1, gt=0, description="besides at each request's start and end, publish this "
+        "replica's in-flight requests this often (a replica not heard from for load.max_age_s "
+        "no longer counts)"
     )
     timeout_s: float = Field(0.5, gt=0, description="a store call slower than this has failed")
 

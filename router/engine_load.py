@@ -1,6 +1,6 @@
 """Reads each engine's own queue gauges in the background (`load.interval_s`, 0.1 s by default)
-and hands them to the pool, where what they count beyond this replica's in-flight requests
-joins the finish rule's queue. A scrape that fails, times out or lies (backends.gauges) is
+and hands them to the pool, where what they count beyond every replica's in-flight requests
+(requests that bypassed specroute) joins the finish rule's queue. A scrape that fails, times out or lies (backends.gauges) is
 dropped: the load it would have told ages out of the pool (`load.max_age_s`) and is not guessed.
 The decision never waits on a scrape.
 """
@@ -63,7 +63,7 @@ async def _loop(app: web.Application, specs: list[BackendSpec]) -> None:
 async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | None:
     """One scrape of one engine, given to the pool when it is believable."""
     settings, counts, pool = app[CONFIG].load, app[GAUGE_SCRAPES][spec.name], app[POOL]
-    inflight_at_send = pool.runtime(spec.name).inflight
+    known_at_send = pool.known_inflight(spec.name, app[DEPS].clock())
     load, error = await _read(app[SESSION], spec, settings.timeout_s)
     if load is None:
         if counts.last_error != error:  # once per change, not ten times a second
@@ -77,7 +77,7 @@ async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | N
                  waiting=load.waiting)
         counts.last_error = ""
     counts.ok += 1
-    pool.note_engine_load(spec.name, load, app[DEPS].clock(), inflight_at_send)
+    pool.note_engine_load(spec.name, load, app[DEPS].clock(), known_at_send)
     return load
 
 

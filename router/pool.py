@@ -5,16 +5,20 @@ Health comes from two places: the supervisor's probes (`set_health`) and what re
 skipped for `retry_after_s`, then tried again, so that a dead instance costs one failed connect
 per interval rather than one per request.
 
-Load is the router's own in-flight work plus what others put on an instance: the engine's own
-queue gauges (`note_engine_load`, scraped by router/engine_load) count every request there, so
-what they show beyond this replica's in-flight requests is someone else's; for engines with no
-gauges, the other replicas' published in-flight counts (`note_shared_inflight`, from
-router/replicas). Either is trusted only while fresh (`load_max_age_s`).
+Load is the router's own in-flight work plus what others put on an instance:
+- the other replicas' requests, each as its replica priced it and timed from when it was sent
+  (`note_replica_work`, published by each replica as its requests start and end, within a few
+  ms: router/replicas), so that N replicas see the queues one process would;
+- requests that bypass every replica (clients sent straight to an engine): what the engine's own
+  queue gauges (`note_engine_load`, scraped by router/engine_load) count beyond every replica's
+  requests, priced at the instance's typical request.
+Each is trusted only while fresh (`load_max_age_s`): a replica that stopped publishing, or a
+gauge that stopped answering, no longer counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -28,6 +32,18 @@ from policies import BackendState, queued_work
 TYPICAL_WEIGHT = 0.1
 
 
+# (predicted service ms, when it was sent): a request in flight as the finish rule prices it
+Running = tuple[float, float]
+
+
+@dataclass(slots=True)
+class ReplicaWork:
+    """Another replica's requests on one instance, as it last published them."""
+
+    running: list[Running]
+    at: float  # when that was heard
+
+
 @dataclass(slots=True)
 class BackendRuntime:
     spec: BackendSpec
@@ -38,28 +54,31 @@ class BackendRuntime:
     served: int = 0
     failures: int = 0
     started: int = 0  # requests ever sent here (tells whether two requests overlapped)
-    # ticket -> (predicted service ms, when it was sent): the queue the finish rule prices
-    running: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # ticket -> this replica's requests here: the queue the finish rule prices
+    running: dict[int, Running] = field(default_factory=dict)
     typical_ms: float = 0.0  # the predicted service time of a request here, averaged
+    replicas: dict[str, ReplicaWork] = field(default_factory=dict)  # the other replicas' work
     gauge: EngineLoad | None = None  # the engine's own count, at its last good scrape
-    gauge_others: int = 0  # what that count showed beyond this replica's requests
+    bypass: int = 0  # what that count showed beyond every replica's requests
     gauge_at: float = -1e18
-    shared_others: int = 0  # other replicas' in-flight requests here (engines with no gauges)
-    shared_at: float = -1e18
-    # when each request others put here was first seen, oldest first: their elapsed time, as
-    # for this replica's own (one that has run long is nearly done, not a whole request more)
-    others_seen: list[float] = field(default_factory=list)
+    # when each bypassing request was first seen, oldest first: their elapsed time, as for the
+    # replicas' own (one that has run long is nearly done, not a whole request more)
+    bypass_seen: list[float] = field(default_factory=list)
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
 
-    def others(self, now: float, max_age_s: float) -> int:
-        """Requests on the instance that this replica did not send, as last seen."""
-        if now - self.gauge_at <= max_age_s:
-            return self.gauge_others
-        if now - self.shared_at <= max_age_s:
-            return self.shared_others
-        return 0
+    def replicas_running(self, now: float, max_age_s: float) -> list[Running]:
+        """The other replicas' requests here, from those heard from recently."""
+        return [r for work in self.replicas.values() if now - work.at <= max_age_s
+                for r in work.running]
+
+    def bypassing(self, now: float, max_age_s: float) -> int:
+        return self.bypass if now - self.gauge_at <= max_age_s else 0
+
+    def known(self, now: float, max_age_s: float) -> int:
+        """Every replica's requests here: this one's and the others' as published."""
+        return self.inflight + len(self.replicas_running(now, max_age_s))
 
 
 class BackendPool:
@@ -76,6 +95,7 @@ class BackendPool:
         self._retry_after_s = retry_after_s
         self._load_max_age_s = load_max_age_s
         self._tickets = count(1)
+        self._on_change: Callable[[], None] | None = None
         # backend -> the named pools it belongs to (config.yaml `pools`)
         self._pools = {
             name: frozenset(p for p, members in (pools or {}).items() if name in members)
@@ -95,15 +115,17 @@ class BackendPool:
         for b in self._backends.values():
             # every decision reads every instance's queue: summed up here, not one object per
             # request in flight
-            others = b.others(now, self._load_max_age_s)
-            running: Collection[tuple[float, float]] = b.running.values()
-            if others:  # priced at the instance's typical request, timed from when first seen
+            running: Collection[Running] = b.running.values()
+            if b.replicas:  # as each replica priced its own
+                running = [*running, *b.replicas_running(now, self._load_max_age_s)]
+            bypass = b.bypassing(now, self._load_max_age_s)
+            if bypass:  # priced at the instance's typical request, timed from when first seen
                 if not b.typical_ms and fallback_ms is None:
                     fallback_ms = self._mean_typical_ms()
                 typical = b.typical_ms or fallback_ms or 0.0
-                running = [*running, *((typical, seen) for seen in b.others_seen[:others])]
+                running = [*running, *((typical, seen) for seen in b.bypass_seen[:bypass])]
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
-                                       b.inflight + others, pools=self._pools[b.spec.name],
+                                       len(running), pools=self._pools[b.spec.name],
                                        queued=queued_work(running, now)))
         return states
 
@@ -111,31 +133,47 @@ class BackendPool:
         known = [b.typical_ms for b in self._backends.values() if b.typical_ms > 0]
         return sum(known) / len(known) if known else 0.0
 
+    def known_inflight(self, name: str, now: float) -> int:
+        """Every replica's requests on `name`, as this one knows them (a scrape's baseline)."""
+        return self._backends[name].known(now, self._load_max_age_s)
+
     def note_engine_load(self, name: str, load: EngineLoad, now: float,
-                         inflight_at_send: int = 0) -> None:
-        """The engine's own queue gauges, just read: what they count beyond this replica's
-        in-flight requests is someone else's. Ours are counted as the most in flight while the
-        scrape was out (`inflight_at_send`, or now): a request of ours that ended meanwhile may
-        still be in the engine's count, and is not taken for someone else's; one the engine has
-        not seen yet makes this low, never high."""
+                         known_at_send: int = 0) -> None:
+        """The engine's own queue gauges, just read: what they count beyond every replica's
+        requests bypassed them all. The replicas' are counted as the most known in flight while
+        the scrape was out (`known_at_send`, or now): a request that ended meanwhile may still
+        be in the engine's count, and is not taken for a bypasser; one the engine has not seen
+        yet makes this low, never high."""
         backend = self._backends[name]
         backend.gauge, backend.gauge_at = load, now
-        backend.gauge_others = max(0, load.requests - max(backend.inflight, inflight_at_send))
-        _seen(backend.others_seen, backend.gauge_others, now)
+        known = max(backend.known(now, self._load_max_age_s), known_at_send)
+        backend.bypass = max(0, load.requests - known)
+        _seen(backend.bypass_seen, backend.bypass, now)
 
-    def note_shared_inflight(self, counts: Mapping[str, int], now: float) -> None:
-        """The other replicas' in-flight requests per instance (their published counts)."""
+    def note_replica_work(self, replica: str, work: Mapping[str, Sequence[tuple[float, float]]],
+                          now: float) -> None:
+        """Another replica's requests in flight, as it just published them: per instance, each
+        request's (predicted ms, ms since it was sent). An instance it does not name has none
+        of its requests."""
         for name, backend in self._backends.items():
-            backend.shared_others, backend.shared_at = max(0, counts.get(name, 0)), now
-            if now - backend.gauge_at > self._load_max_age_s:  # the gauges, when fresh, count
-                _seen(backend.others_seen, backend.shared_others, now)
+            running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
+            backend.replicas[replica] = ReplicaWork(running, now)
 
     def others_inflight(self, name: str, now: float) -> int:
         """Requests on `name` that this replica did not send, as last seen and still fresh."""
-        return self._backends[name].others(now, self._load_max_age_s)
+        backend = self._backends[name]
+        return (len(backend.replicas_running(now, self._load_max_age_s))
+                + backend.bypassing(now, self._load_max_age_s))
 
-    def own_inflight(self) -> dict[str, int]:
-        return {name: b.inflight for name, b in self._backends.items()}
+    def own_work(self, now: float) -> dict[str, list[tuple[float, float]]]:
+        """This replica's requests in flight, to publish: per instance, each request's
+        (predicted ms, ms since it was sent), so the others price them as this one does."""
+        return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]
+                for name, b in self._backends.items() if b.running}
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call `on_change` whenever this replica's own in-flight work changes."""
+        self._on_change = on_change
 
     def default_order(self, default: str, now: float) -> list[str]:
         """Where a request that is not routed goes: the default backend, then the healthy
@@ -184,12 +222,16 @@ class BackendPool:
                 backend.typical_ms = (predicted_ms if backend.typical_ms <= 0 else
                                       backend.typical_ms + TYPICAL_WEIGHT
                                       * (predicted_ms - backend.typical_ms))
+            if self._on_change is not None:
+                self._on_change()
         return ticket
 
     def end(self, name: str, ticket: int = 0) -> None:
         if name in self._backends:
             self._backends[name].inflight -= 1
             self._backends[name].running.pop(ticket, None)
+            if self._on_change is not None:
+                self._on_change()
 
     def describe(self, now: float) -> list[dict[str, object]]:
         return [

@@ -8,9 +8,12 @@ Keys, under `replicas.namespace` (`ns`):
   (router/online.set_others), so each decides with the posterior of all replicas' records. A
   restarted replica reads its own field back before it publishes again (`restore_own`): what
   it had published is neither lost nor counted twice.
-- `ns:load:<replica>`: its in-flight requests per instance, expiring after `load.max_age_s`;
-  read for engines with no queue gauges (ds4, a generic OpenAI server). `ns:replicas` lists
-  who publishes one.
+- the channel `ns:load`: each replica's requests in flight (per instance, each one's predicted
+  time and time elapsed), published as soon as one starts or ends, and every
+  `replicas.load_interval_s` anyway; every replica prices them as one process would its own.
+  The same under the key `ns:load:<replica>`, expiring after `load.max_age_s`, for a replica
+  that subscribes later; `ns:replicas` lists who publishes one. A replica not heard from for
+  `load.max_age_s` no longer counts.
 - `ns:turns`, a stream: (conversation key, instance) as each turn is served (within a few ms),
   so that the next turn stays on the instance that holds its prefix whichever replica takes it.
   A stream rather than pub/sub: a replica that was away reads back the turns still live.
@@ -26,6 +29,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import math
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +42,6 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
-from router.engine_load import scraped
 from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
 
 log = structlog.get_logger("specroute")
@@ -55,6 +58,12 @@ STORE_ERRORS: Final = (RedisError, OSError, TimeoutError, ValueError)
 T = TypeVar("T")
 # (conversation, backend, profile, prompt tokens, seconds since it was served)
 TurnApplier = Callable[[str, str, str, int, float], None]
+# one replica's requests in flight: instance -> [(predicted ms, ms since it was sent)]
+ReplicaLoad = dict[str, list[tuple[float, float]]]
+# (replica, its work)
+LoadApplier = Callable[[str, ReplicaLoad], None]
+# a published entry naming more requests on one instance than this is not believed
+MAX_PUBLISHED_REQUESTS: Final = 100_000
 
 
 def replica_id(config: Config) -> str:
@@ -110,6 +119,7 @@ class ReplicaLink:
         self._sums_key = f"{namespace}:sums"
         self._replicas_key = f"{namespace}:replicas"
         self._load_prefix = f"{namespace}:load:"
+        self._load_channel = f"{namespace}:load"
         self._turns_key = f"{namespace}:turns"
         # the turns are followed with a blocking read: its own connection, a longer timeout
         self._reader = aioredis.Redis.from_url(
@@ -189,22 +199,26 @@ class ReplicaLink:
         self.health.replicas = sorted(names)
         return total_sums(parts)
 
-    # --- in-flight counts -------------------------------------------------------------------
+    # --- in-flight work -------------------------------------------------------------------
 
-    async def publish_load(self, inflight: Mapping[str, int], ttl_s: float) -> None:
-        text = json.dumps(dict(inflight), separators=(",", ":"))
+    async def publish_load(self, work: Mapping[str, Any], ttl_s: float) -> bool:
+        """This replica's requests in flight, to every replica now (PUBLISH) and to one that
+        starts listening later (a key expiring after `ttl_s`: a replica that stopped publishing
+        stops counting)."""
+        text = json.dumps({"replica": self.replica, "work": work}, separators=(",", ":"))
         key = self._load_prefix + self.replica
 
-        async def both() -> None:
+        async def all_three() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(key, text, px=max(1, int(ttl_s * 1000)))
                 pipe.sadd(self._replicas_key, self.replica)
-                await pipe.execute()
+                pipe.publish(self._load_channel, text)
+                return await pipe.execute()
 
-        await self._call("publish load", both)
+        return await self._call("publish load", all_three) is not None
 
-    async def others_load(self) -> dict[str, int] | None:
-        """The other replicas' in-flight requests per instance (expired ones are gone)."""
+    async def others_load(self) -> dict[str, ReplicaLoad] | None:
+        """The other replicas' work as last published (expired ones are gone)."""
         names = await self._call("read replicas",
                                  lambda: self._client.smembers(self._replicas_key))
         if names is None:
@@ -217,11 +231,41 @@ class ReplicaLink:
             "read load", lambda: self._client.mget([self._load_prefix + n for n in others]))
         if values is None:
             return None
-        counts: dict[str, int] = {}
-        for value in values:
-            for backend, n in _load_entry(value).items():
-                counts[backend] = counts.get(backend, 0) + n
-        return counts
+        found: dict[str, ReplicaLoad] = {}
+        for name, value in zip(others, values, strict=True):
+            entry = self._load_entry(value) if value is not None else None
+            if entry is not None and entry[0] == name:
+                found[name] = entry[1]
+        return found
+
+    async def follow_load(self, apply: LoadApplier, retry_s: float) -> None:
+        """Apply other replicas' work as they publish it (within a few ms of a request's start
+        or end). On (re)subscribing, the work they published before is read first."""
+        while True:
+            pubsub = self._reader.pubsub(ignore_subscribe_messages=True)
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await pubsub.subscribe(self._load_channel)
+                for name, work in (await self.others_load() or {}).items():
+                    apply(name, work)
+                while True:
+                    message = await pubsub.get_message(timeout=TURNS_BLOCK_S)
+                    entry = None if message is None else self._load_entry(message.get("data"))
+                    if entry is not None and entry[0] != self.replica:
+                        apply(*entry)
+            except STORE_ERRORS as exc:
+                self.health.failed("replicas' load", exc)
+                await asyncio.sleep(retry_s)
+            finally:
+                with contextlib.suppress(*STORE_ERRORS):
+                    async with asyncio.timeout(self._timeout_s):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _load_entry(self, value: Any) -> tuple[str, ReplicaLoad] | None:
+        entry = load_entry(value)
+        if entry is None:
+            self.health.bad_entries += 1
+        return entry
 
     # --- conversations ----------------------------------------------------------------------
 
@@ -303,18 +347,36 @@ def _entry_ms(entry_id: Any) -> int:
         return 0
 
 
-def _load_entry(value: Any) -> dict[str, int]:
-    """One replica's published in-flight counts; anything but counts is ignored."""
-    if value is None:
-        return {}
+def load_entry(value: Any) -> tuple[str, ReplicaLoad] | None:
+    """One replica's published work: its name and, per instance, (predicted ms, elapsed ms)
+    per request; None for anything else (the whole entry: a part of it would undercount)."""
     try:
         data = json.loads(value)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): v for k, v in data.items()
-            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1_000_000}
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("replica"), str):
+        return None
+    work = data.get("work")
+    if not isinstance(work, dict):
+        return None
+    parsed: ReplicaLoad = {}
+    for backend, running in work.items():
+        if not isinstance(running, list) or len(running) > MAX_PUBLISHED_REQUESTS:
+            return None
+        pairs = [_request(item) for item in running]
+        if any(pair is None for pair in pairs):
+            return None
+        parsed[str(backend)] = [pair for pair in pairs if pair is not None]
+    return data["replica"], parsed
+
+
+def _request(item: Any) -> tuple[float, float] | None:
+    if not isinstance(item, list) or len(item) != 2:
+        return None
+    if not all(isinstance(x, int | float) and not isinstance(x, bool)
+               and math.isfinite(x) and 0 <= x < 1e12 for x in item):
+        return None
+    return float(item[0]), float(item[1])
 
 
 async def replicas(app: web.Application) -> AsyncIterator[None]:
@@ -328,9 +390,9 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
     app[REPLICAS] = link
     loops = [_sums_loop(app, link), _turns_loop(app, link),
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
-                               config.replicas.sync_interval_s)]
-    if not config.load.gauges or any(not scraped(spec) for spec in config.backends):
-        loops.append(_load_loop(app, link))
+                               config.replicas.sync_interval_s),
+             _load_loop(app, link),
+             link.follow_load(_load_applier(app), config.replicas.load_interval_s)]
     tasks = [asyncio.create_task(loop) for loop in loops]
     log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
              loops=len(tasks))
@@ -363,13 +425,29 @@ async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
 
 
 async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
+    """Publish this replica's work as soon as it changes (what changes during one publish goes
+    in the next), and every `load_interval_s` anyway (its elapsed times, and its liveness)."""
     config, pool, deps = app[CONFIG], app[POOL], app[DEPS]
+    interval = config.replicas.load_interval_s
+    changed = asyncio.Event()
+    pool.watch(changed.set)
     while True:
-        await link.publish_load(pool.own_inflight(), config.load.max_age_s)
-        counts = await link.others_load()
-        if counts is not None:
-            pool.note_shared_inflight(counts, deps.clock())
-        await asyncio.sleep(config.replicas.load_interval_s)
+        changed.clear()
+        if not await link.publish_load(pool.own_work(deps.clock()), config.load.max_age_s):
+            await asyncio.sleep(interval)  # a failing store is tried again, not hammered
+            continue
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval):
+                await changed.wait()
+
+
+def _load_applier(app: web.Application) -> LoadApplier:
+    pool, deps = app[POOL], app[DEPS]
+
+    def apply(replica: str, work: ReplicaLoad) -> None:
+        pool.note_replica_work(replica, work, deps.clock())
+
+    return apply
 
 
 async def _turns_loop(app: web.Application, link: ReplicaLink) -> None:

@@ -26,7 +26,7 @@ async def test_gauges_that_lie_or_time_out_are_ignored(
     scrapes = app[GAUGE_SCRAPES]["plain-0"]
     assert scrapes.dropped == before + 1 and scrapes.last_error
     assert scrapes.ok == 0  # none believed, from the first scrape on
-    assert app[POOL].runtime("plain-0").others(app[DEPS].clock(), 1.0) == 0
+    assert app[POOL].others_inflight("plain-0", app[DEPS].clock()) == 0
     async with aiohttp.ClientSession() as session, session.get(
             f"http://127.0.0.1:{stack.proxy.port}/metrics") as response:
         text = await response.text()
@@ -43,7 +43,7 @@ async def test_a_client_that_bypasses_the_router_counts_in_the_finish_rule(
     async with aiohttp.ClientSession() as session:
         direct = asyncio.create_task(session.post(url, json=body))
         for _ in range(100):  # bounded: 5 s (the scraper reads every 0.1 s)
-            if app[POOL].runtime("plain-0").others(app[DEPS].clock(), 1.0) == 1:
+            if app[POOL].others_inflight("plain-0", app[DEPS].clock()) == 1:
                 break
             await asyncio.sleep(0.05)
         plain_state = next(s for s in app[POOL].states(app[DEPS].clock()) if s.name == "plain-0")

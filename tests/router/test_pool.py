@@ -48,18 +48,53 @@ def test_load_seen_too_long_ago_is_no_longer_counted() -> None:
     assert _state(pool, "a", 1.5).inflight == 0
 
 
-def test_other_replicas_counts_stand_in_where_no_gauge_is_fresh() -> None:
+def test_another_replica_s_requests_are_priced_as_it_priced_them() -> None:
     pool = _pool()
-    pool.begin("b", predicted_ms=250.0, now=0.0)
-    pool.end("b", 1)
-    pool.note_shared_inflight({"a": 2, "b": -4}, now=5.0)  # a negative count is nothing
-    assert _state(pool, "a", 5.0).inflight == 2
-    # "a" has no typical request of its own: the others are priced at the pool's mean
-    assert _state(pool, "a", 5.0).work().work_ms == pytest.approx(2 * 250.0)
+    # replica r2 has two requests on "a": 600 ms predicted, sent 200 ms ago; 300 ms, just sent
+    pool.note_replica_work("r2", {"a": [(600.0, 200.0), (300.0, 0.0)]}, now=5.0)
+    a = _state(pool, "a", 5.0)
+    assert a.inflight == 2
+    assert a.work().work_ms == pytest.approx(400.0 + 300.0)  # the oldest is a third done
+    assert _state(pool, "a", 5.1).work().work_ms == pytest.approx(300.0 + 300.0)
     assert _state(pool, "b", 5.0).inflight == 0
-    pool.note_engine_load("a", EngineLoad(0, 0), now=5.1)  # a fresh gauge wins
-    assert _state(pool, "a", 5.2).inflight == 0
-    assert pool.own_inflight() == {"a": 0, "b": 0}
+    assert pool.others_inflight("a", 5.0) == 2 and pool.known_inflight("a", 5.0) == 2
+    pool.note_replica_work("r2", {"b": [(100.0, 0.0)]}, now=5.2)  # "a" ended, one on "b"
+    assert _state(pool, "a", 5.2).inflight == 0 and _state(pool, "b", 5.2).inflight == 1
+
+
+def test_a_replica_not_heard_from_for_max_age_no_longer_counts() -> None:
+    pool = _pool()
+    pool.note_replica_work("r2", {"a": [(500.0, 0.0)]}, now=0.0)
+    pool.note_replica_work("r3", {"a": [(500.0, 0.0)]}, now=0.8)
+    assert _state(pool, "a", 0.9).inflight == 2
+    assert _state(pool, "a", 1.5).inflight == 1  # r2 went quiet a second ago: gone, or stopped
+    assert pool.others_inflight("a", 2.0) == 0
+
+
+def test_the_gauges_count_as_bypassers_only_what_no_replica_sent() -> None:
+    pool = _pool()
+    pool.begin("a", predicted_ms=400.0, now=0.0)
+    pool.note_replica_work("r2", {"a": [(400.0, 0.0)]}, now=0.0)
+    pool.note_engine_load("a", EngineLoad(running=1, waiting=2), now=0.0)  # ours, r2's, 1 more
+    assert pool.runtime("a").bypass == 1
+    assert _state(pool, "a", 0.0).inflight == 3
+    # r2's request ended while a scrape was out that still counted it: not a bypasser
+    known = pool.known_inflight("a", 0.1)
+    pool.note_replica_work("r2", {}, now=0.11)
+    pool.note_engine_load("a", EngineLoad(running=1, waiting=2), now=0.12, known_at_send=known)
+    assert pool.runtime("a").bypass == 1
+    assert _state(pool, "a", 0.12).inflight == 2
+
+
+def test_own_work_is_published_as_each_request_s_prediction_and_elapsed_time() -> None:
+    pool = _pool()
+    changes: list[int] = []
+    pool.watch(lambda: changes.append(1))
+    ticket = pool.begin("a", predicted_ms=250.0, now=1.0)
+    assert pool.own_work(1.5) == {"a": [(250.0, 500.0)]}
+    pool.end("a", ticket)
+    assert pool.own_work(1.6) == {}
+    assert len(changes) == 2  # the replica's publisher is woken at each start and end
 
 
 def test_a_request_of_ours_that_ended_while_the_scrape_was_out_is_not_someone_else_s() -> None:
@@ -67,7 +102,7 @@ def test_a_request_of_ours_that_ended_while_the_scrape_was_out_is_not_someone_el
     ticket = pool.begin("a", predicted_ms=100.0, now=0.0)
     sent_with = pool.runtime("a").inflight  # 1 when the scrape went out
     pool.end("a", ticket)  # ours ended; the engine's answer still counts it
-    pool.note_engine_load("a", EngineLoad(1, 0), now=0.01, inflight_at_send=sent_with)
+    pool.note_engine_load("a", EngineLoad(1, 0), now=0.01, known_at_send=sent_with)
     assert _state(pool, "a", 0.02).inflight == 0
 
 

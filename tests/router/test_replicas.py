@@ -202,6 +202,40 @@ async def test_without_the_shared_load_a_replica_would_pile_onto_the_busy_instan
     assert second.headers["x-specroute-backend"] == "plain-0"
 
 
+async def test_an_instance_another_replica_just_freed_is_seen_free_at_once(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    # no gauges and a heartbeat of a minute: only the start and end as they happen can tell B
+    f = await fleet(aiohttp_server, tmp_path, plains=2, time_scale=1.0)
+    configs = [replica_config(f, n, store.url).model_copy(update={
+        "load": LoadConfig(gauges=False, max_age_s=120.0),
+        "replicas": ReplicasConfig(store=store.url, id=n, namespace="t", load_interval_s=60.0,
+                                   timeout_s=1.0)}) for n in ("a", "b")]
+    a, b = [await replica(aiohttp_server, c) for c in configs]
+    await eventually(lambda: b.app[REPLICAS].health.state == "ok", "B follows the store")
+    async with client(a) as ca:
+        first = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: others_on(b, "plain-0") == 1, "B counts A's request")
+        work = b.app[POOL].runtime("plain-0").replicas["a"].running
+        assert len(work) == 1 and work[0][0] > 0  # as A priced it
+        await first
+    await eventually(lambda: others_on(b, "plain-0") == 0, "B sees it end", seconds=2.0)
+
+
+async def test_a_replica_that_stops_publishing_stops_counting(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    config = replica_config(f, "b", store.url).model_copy(update={
+        "load": LoadConfig(gauges=False, max_age_s=0.5)})
+    b = await replica(aiohttp_server, config)
+    await eventually(lambda: b.app[REPLICAS].health.state == "ok", "B follows the store")
+    raw = redis.Redis.from_url(store.url)
+    entry = json.dumps({"replica": "gone", "work": {"plain-0": [[900.0, 10.0], [900.0, 0.0]]}})
+    raw.publish("t:load", entry)  # its last word before a SIGKILL
+    await eventually(lambda: others_on(b, "plain-0") == 2, "B counts its two requests")
+    await asyncio.sleep(0.6)  # no heartbeat since: gone, not busy forever
+    assert others_on(b, "plain-0") == 0
+
+
 STORY = {"model": "sim-model", "temperature": 0.7,
          "messages": [{"role": "user", "content": "Tell me a story about the sea."}]}
 
