@@ -96,6 +96,7 @@ class BackendPool:
         self._load_max_age_s = load_max_age_s
         self._tickets = count(1)
         self._on_change: Callable[[], None] | None = None
+        self._tie_rank = {name: i for i, name in enumerate(self._backends)}
         # backend -> the named pools it belongs to (config.yaml `pools`)
         self._pools = {
             name: frozenset(p for p, members in (pools or {}).items() if name in members)
@@ -126,7 +127,8 @@ class BackendPool:
                 running = [*running, *((typical, seen) for seen in b.bypass_seen[:bypass])]
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
                                        len(running), pools=self._pools[b.spec.name],
-                                       queued=queued_work(running, now)))
+                                       queued=queued_work(running, now),
+                                       tie_rank=self._tie_rank[b.spec.name]))
         return states
 
     def _mean_typical_ms(self) -> float:
@@ -170,6 +172,15 @@ class BackendPool:
         (predicted ms, ms since it was sent), so the others price them as this one does."""
         return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]
                 for name, b in self._backends.items() if b.running}
+
+    def spread_ties(self, position: int, replicas: int) -> None:
+        """This replica is `position` of `replicas` (0-based, the same order on each): among
+        instances that cost the same it prefers its own share of the list, each replica a
+        different one, so that replicas deciding at the same moment, before they hear of each
+        other's choice, do not all take the same free instance."""
+        names = list(self._backends)
+        offset = position * len(names) // max(1, replicas)
+        self._tie_rank = {name: (i - offset) % len(names) for i, name in enumerate(names)}
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call `on_change` whenever this replica's own in-flight work changes."""

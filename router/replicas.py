@@ -415,6 +415,8 @@ async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
     others = await link.others_sums()
     if others is not None:
         online.set_others(others)
+        everyone = sorted({link.replica, *link.health.replicas})
+        app[POOL].spread_ties(everyone.index(link.replica), len(everyone))
 
 
 async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:

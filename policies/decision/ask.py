@@ -49,6 +49,9 @@ class BackendState:
     # `queue` as the rule uses it, when the caller summed it up already (the proxy's pool
     # does, from its in-flight table); None: computed from `queue`
     queued: Queued | None = None
+    # among instances that cost the same, the lowest goes first: replicas that rank them
+    # differently spread requests decided at the same moment instead of piling onto one
+    tie_rank: int = 0
 
     def work(self) -> Queued:
         if self.queued is not None:

@@ -170,7 +170,8 @@ def candidate(
         median = drawn = t_plain
     work = b.work()
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
-                     waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW)
+                     waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW,
+                     tie_rank=b.tie_rank)
 
 
 def failover_order(

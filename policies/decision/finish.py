@@ -97,6 +97,7 @@ class Candidate:
     # its kind of instance is measured too thinly for the posterior mean to be more than the
     # prior's guess: a draw that picks it is followed whatever that mean says (`soonest`)
     thin: bool = False
+    tie_rank: int = 0  # among equal costs, the lowest first (BackendState.tie_rank)
 
     def finish_ms(self, tokens: float, sampled: bool = False) -> float:
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
@@ -132,9 +133,9 @@ def soonest(
     if not candidates:
         return None
     # each candidate's costs computed once; ties go to a plain instance (a draft costs power
-    # for nothing), then by name
-    ranked = [((c.cost_ms(tokens), c.profile != "plain", c.name),
-               (c.cost_ms(tokens, sampled=True), c.profile != "plain", c.name), c)
+    # for nothing), then by the caller's tie rank, then by name
+    ranked = [((c.cost_ms(tokens), c.profile != "plain", c.tie_rank, c.name),
+               (c.cost_ms(tokens, sampled=True), c.profile != "plain", c.tie_rank, c.name), c)
               for c in candidates]
     best_mean, _, best = min(ranked, key=_MEAN)
     drawn_mean, _, drawn = min(ranked, key=_DRAWN)

@@ -118,3 +118,20 @@ def test_a_request_of_others_that_has_run_long_is_nearly_done_not_a_whole_reques
     assert _state(pool, "a", 0.8).work().work_ms == pytest.approx(200.0 + 1000.0)
     pool.note_engine_load("a", EngineLoad(1, 0), now=0.9)  # the oldest ended
     assert _state(pool, "a", 0.9).work().work_ms == pytest.approx(1000.0 - 100.0)
+
+
+def test_replicas_rank_equal_instances_differently_so_that_ties_spread() -> None:
+    specs = [BackendSpec(name=n, engine="llamacpp", profile=p, url=f"http://127.0.0.1:{i + 1}")
+             for i, (n, p) in enumerate((("mtp-0", "mtp"), ("plain-0", "plain"),
+                                         ("mtp-1", "mtp"), ("plain-1", "plain")))]
+    first, second = BackendPool(specs), BackendPool(specs)
+    first.spread_ties(0, 2)
+    second.spread_ties(1, 2)
+
+    def preferred(pool: BackendPool, profile: str) -> str:
+        return min((s for s in pool.states(0.0) if s.profile == profile),
+                   key=lambda s: s.tie_rank).name
+
+    assert preferred(first, "plain") == "plain-0" and preferred(second, "plain") == "plain-1"
+    assert preferred(first, "mtp") == "mtp-0" and preferred(second, "mtp") == "mtp-1"
+    assert sorted(s.tie_rank for s in second.states(0.0)) == [0, 1, 2, 3]

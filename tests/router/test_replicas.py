@@ -168,6 +168,9 @@ async def test_replicas_fed_disjoint_traffic_decide_with_the_union_s_posterior(
                                                                          abs=1e-9)
     health = (await readyz(servers[0]))["store"]
     assert health["state"] == "ok" and health["replicas"] == ["b", "c"]
+    # knowing each other, they rank equal instances differently (ties spread, not piled)
+    ranks = [tuple(s.tie_rank for s in server.app[POOL].states(0.0)) for server in servers]
+    assert ranks[0] == (0, 1) and ranks[2] == (1, 0)
 
 
 @pytest.mark.parametrize("engine", ["llamacpp", "openai"])

@@ -88,3 +88,13 @@ def test_the_pools_summary_of_its_in_flight_table_is_the_same_work(
     assert work.requests == len(running)
     assert work.work_ms == pytest.approx(queued_ms(inflight), rel=1e-9, abs=1e-6)
     assert queued_work([], now) == Queued(0, 0.0)
+
+
+def test_among_equal_costs_the_caller_s_tie_rank_decides_before_the_name() -> None:
+    a = Candidate("plain-0", "plain", 0.0, 100.0, 68.0, 68.0, tie_rank=1)
+    b = Candidate("plain-1", "plain", 0.0, 100.0, 68.0, 68.0, tie_rank=0)
+    choice = soonest([a, b], TOKENS, max_regret=0.0)
+    assert choice is not None and choice.candidate.name == "plain-1"
+    dearer = Candidate("plain-1", "plain", 1.0, 100.0, 68.0, 68.0, tie_rank=0)
+    choice = soonest([a, dearer], TOKENS, max_regret=0.0)  # a rank never outweighs a cost
+    assert choice is not None and choice.candidate.name == "plain-0"
