@@ -160,6 +160,9 @@ class BackendPool:
         for name, backend in self._backends.items():
             running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
             backend.replicas[replica] = ReplicaWork(running, now)
+            stale = [r for r, w in backend.replicas.items() if now - w.at > self._load_max_age_s]
+            for gone in stale:  # replicas come and go (new pod names): none is kept forever
+                del backend.replicas[gone]
 
     def others_inflight(self, name: str, now: float) -> int:
         """Requests on `name` that this replica did not send, as last seen and still fresh."""

@@ -69,6 +69,8 @@ def test_a_replica_not_heard_from_for_max_age_no_longer_counts() -> None:
     assert _state(pool, "a", 0.9).inflight == 2
     assert _state(pool, "a", 1.5).inflight == 1  # r2 went quiet a second ago: gone, or stopped
     assert pool.others_inflight("a", 2.0) == 0
+    pool.note_replica_work("r4", {}, now=2.0)
+    assert set(pool.runtime("a").replicas) == {"r4"}  # the quiet ones are forgotten
 
 
 def test_the_gauges_count_as_bypassers_only_what_no_replica_sent() -> None:

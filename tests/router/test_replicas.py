@@ -452,5 +452,11 @@ async def test_other_replicas_garbage_is_skipped_and_their_good_sums_still_added
     raw.xadd("t:turns", {"replica": "liar", "turns": "[[1, 2]]"})
     await eventually(lambda: total_n(a) == 3, "A adds B's 3")
     await eventually(lambda: a.app[REPLICAS].health.bad_entries >= 3, "bad entries counted")
+    before = a.app[REPLICAS].health.bad_entries
+    for junk in (b"{not json", b'{"replica": "liar", "work": {"plain-0": [[1e400, 0]]}}',
+                 b'{"replica": "liar", "work": {"plain-0": [[-1, 0]]}}'):
+        raw.publish("t:load", junk)
+    await eventually(lambda: a.app[REPLICAS].health.bad_entries >= before + 3,
+                     "garbage on the load channel counted")
     assert a.app[REPLICAS].health.replicas == ["b"]
     assert others_on(a, "plain-0") == 0
