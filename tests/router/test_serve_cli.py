@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+import yaml
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from tests.router.conftest import ServerFactory
@@ -55,7 +56,13 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
         "tokenizer: false\n"
         "classifier: rules\n"
         "log: {path: decisions.jsonl}\n"
+        "policy: policy.yaml\n"
     )
+    # the shipped policy, but no Thompson draw: with one probe each, a draw may still explore
+    # the thinly measured mtp instance, and this test is about what the probe measured
+    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    policy.setdefault("exploration", {})["max_regret"] = 0.0
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
     port = _free_port()
     process = subprocess.Popen(  # noqa: ASYNC220  # forks and returns; every wait is bounded
         [sys.executable, "-m", "router", "serve", "--config", str(config), "--port", str(port)],
