@@ -282,7 +282,10 @@ def prompt_tokens_of(body: Mapping[str, Any]) -> int:
 
 
 def _timings(plan: _Plan, state: SimState) -> dict[str, Any]:
-    predicted_ms = plan.total_s * 1000 or 1e-3
+    # in the time it was paced at: a machine running at `time_scale` of the cost model's pace
+    # reports what its clock saw (time_scale 0, no pacing: the cost model's own time)
+    scale = state.time_scale if state.time_scale > 0 else 1.0
+    predicted_ms = plan.total_s * 1000 * scale or 1e-3
     timings: dict[str, Any] = {
         "prompt_n": plan.prompt_tokens,
         "predicted_n": len(plan.tokens),
