@@ -49,6 +49,7 @@ class ConfigFacts:
     policy: str
     pools: Mapping[str, Sequence[str]]
     backends: tuple[tuple[str, str, str], ...]  # (name, profile, engine)
+    replica: str = ""  # with a shared store: this replica's id (its own learned file)
 
 
 ConfigReader = Callable[[str], ConfigFacts]
@@ -149,7 +150,9 @@ def explain_command(args: argparse.Namespace, scorer: Scorer, read_config: Confi
     try:
         facts = read_config(args.config) if args.config else None
         policy_path = args.policy or (facts.policy if facts is not None else DEFAULT_POLICY)
-        store = PolicyStore(policy_path, args.learned, pools=facts.pools if facts else ())
+        learned = args.learned or (learned_path_for(policy_path, facts.replica)
+                                   if facts is not None and facts.replica else None)
+        store = PolicyStore(policy_path, learned, pools=facts.pools if facts else ())
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1

@@ -120,12 +120,14 @@ def _registrars() -> list[Callable[[Subparsers], None]]:
 def _config_facts(path: str) -> ConfigFacts:
     """What `policy check | explain --config` need from a config.yaml."""
     from policies.commands import ConfigFacts
+    from router.replicas import replica_id
 
     config = load_config(path)
     return ConfigFacts(
         policy=config.policy,
         pools={name: tuple(members) for name, members in config.pools.items()},
         backends=tuple((b.name, b.profile, b.engine) for b in config.backends),
+        replica=replica_id(config) if config.replicas.store else "",
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.learner.learned import EMPTY_STATE, from_json
+from policies.learner.learned import EMPTY_STATE, from_json, to_json
 from router.cli import main
 from router.config import ConfigError, load_config
 
@@ -182,3 +182,17 @@ def test_explain_shows_what_each_arm_measured(tmp_path: Path, capsys: pytest.Cap
     first = next(i for i, line in enumerate(lines) if "compared on time" in line)
     assert lines[first + 1].split()[:2] == [arm, "40"]  # the faster answer ranks first
     assert lines[first + 2].split()[:2] == ["plain", "40"]
+
+
+def test_explain_reads_the_replica_s_own_learned_file(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "default.yaml"
+    shutil.copy(ROOT / "policies" / "default.yaml", policy)
+    config = tmp_path / "config.yaml"
+    config.write_text(BACKENDS + f"policy: {policy}\n"
+                      "replicas: {store: 'redis://127.0.0.1:6399/0', id: r1}\n")
+    (tmp_path / "default.learned.json").write_text(to_json(EMPTY_STATE))  # another's
+    assert main(["policy", "explain", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert f"({tmp_path / 'default.learned.r1.json'}" in out
+    assert f"({tmp_path / 'default.learned.json'}" not in out
