@@ -15,6 +15,7 @@ here, in one run, mean anything.
 
     .venv/bin/python -m bench.epp                           # the full table (a few minutes)
     .venv/bin/python -m bench.epp --rounds 1 --requests 200 --sizes 1k sse   # a smoke run
+    .venv/bin/python -m bench.epp --baseline DIR  # and the picker of another checkout beside
 
 Measured per body size (1 KB, 42 KB, 285 KB; SSE: 42 KB streamed, 24 chunks 2 ms apart, each
 stamped by the upstream): added p50 latency at concurrency 1 (p50 through the front minus p50
@@ -75,6 +76,7 @@ DIRECT: Final = "direct"
 PICKER: Final = "Envoy + picker"
 PROXY: Final = "specroute proxy"
 ROUND_ROBIN: Final = "Envoy round robin"
+BASELINE: Final = "Envoy + picker, baseline"  # --baseline: the picker from another checkout
 FRONTS: Final = (DIRECT, PICKER, PROXY, ROUND_ROBIN)
 UPSTREAMS: Final = "upstreams"
 # the processes whose CPU is counted, as table rows, in this order
@@ -171,8 +173,31 @@ def round_robin_config(listen: int, admin: int, upstream_ports: Sequence[int]) -
     return str(yaml.safe_dump(config, sort_keys=False))
 
 
-async def start_fronts(work: Path, started: Processes) -> tuple[list[Front], int]:
-    """Direct to the upstreams and the three fronts, all ready; and the picker's gRPC port."""
+def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, started: Processes,
+                 binary: Path) -> tuple[Front, int]:
+    """`specroute epp` from the checkout `tree` and an Envoy (envoy.yaml) in front of it;
+    the front and the picker's gRPC port."""
+    grpc_port = free_port()
+    picker_config = specroute_config(work, name, free_port(), *ports)
+    picker = spawn([sys.executable, "-m", "router", "epp", "--config", str(picker_config),
+                    "--grpc-port", str(grpc_port), "--endpoints", "primary"],
+                   work / f"{name}.log", tree=tree)
+    started.children.append(picker)
+    listen = free_port()
+    envoy = start_envoy(
+        render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                      ADMIN_PORT=free_port()), work / f"envoy-{name}", binary=binary, concurrency=1)
+    started.envoys.append(envoy)
+    front = Front(BASELINE if name == "baseline" else PICKER, [f"http://127.0.0.1:{listen}"],
+                  {"Envoy": [envoy.process.pid], "picker / proxy": [picker.pid]},
+                  admin_url=envoy.admin_url)
+    return front, grpc_port
+
+
+async def start_fronts(work: Path, started: Processes, baseline: Path | None = None
+                       ) -> tuple[list[Front], int]:
+    """Direct to the upstreams and the three fronts (four with a baseline), all ready; and the
+    picker's gRPC port."""
     me = [sys.executable, "-m", "bench.proxy_overhead"]  # its upstream role
     ports = [free_port(), free_port()]
     upstreams = [spawn([*me, "--role", "upstream", "--port", str(p)], work / f"up-{p}.log")
@@ -183,30 +208,25 @@ async def start_fronts(work: Path, started: Processes) -> tuple[list[Front], int
         await wait_ready(url)
     upstream_pids = [u.pid for u in upstreams]
 
-    grpc_port = free_port()
-    picker_config = specroute_config(work, "picker", free_port(), *ports)
-    picker = spawn([sys.executable, "-m", "router", "epp", "--config", str(picker_config),
-                    "--grpc-port", str(grpc_port), "--endpoints", "primary"], work / "picker.log")
+    binary = ensure_envoy()
+    picker, grpc_port = start_picker(work, "picker", ports, ROOT, started, binary)
+    pickers = [picker]
+    if baseline is not None:
+        pickers.append(start_picker(work, "baseline", ports, baseline, started, binary)[0])
     proxy = spawn([sys.executable, "-m", "router", "serve", "--config",
                    str(specroute_config(work, "proxy", proxy_port := free_port(), *ports))],
                   work / "proxy.log")
-    started.children += [picker, proxy]
-
-    binary = ensure_envoy()
-    picker_listen, rr_listen = free_port(), free_port()
-    with_picker = start_envoy(
-        render_config(ORIGINAL_DST, LISTEN_PORT=picker_listen, PICKER_PORT=grpc_port,
-                      ADMIN_PORT=free_port()), work / "envoy-picker", binary=binary, concurrency=1)
-    started.envoys.append(with_picker)
+    started.children.append(proxy)
+    rr_listen = free_port()
     round_robin = start_envoy(round_robin_config(rr_listen, free_port(), ports),
                               work / "envoy-rr", binary=binary, concurrency=1)
     started.envoys.append(round_robin)
 
+    for front in pickers:
+        front.pids[UPSTREAMS] = upstream_pids
     fronts = [
         Front(DIRECT, direct_urls, {UPSTREAMS: upstream_pids}),
-        Front(PICKER, [f"http://127.0.0.1:{picker_listen}"],
-              {"Envoy": [with_picker.process.pid], "picker / proxy": [picker.pid],
-               UPSTREAMS: upstream_pids}, admin_url=with_picker.admin_url),
+        *pickers,
         Front(PROXY, [f"http://127.0.0.1:{proxy_port}"],
               {"picker / proxy": [proxy.pid], UPSTREAMS: upstream_pids}),
         Front(ROUND_ROBIN, [f"http://127.0.0.1:{rr_listen}"],
@@ -362,35 +382,35 @@ def cell(value: float, text: str) -> str:
 
 
 def case_table(tallies: dict[tuple[str, str], Tally], case: str, concurrency: int,
-               requests: int) -> list[str]:
-    row = {name: tallies[(name, case)] for name in FRONTS}
+               requests: int, names: Sequence[str] = FRONTS) -> list[str]:
+    row = {name: tallies[(name, case)] for name in names}
     direct_p50 = metric_p50(row[DIRECT], "total_ms")
-    lines = [f"### {CASE_TITLES[case]}", "", "| | " + " | ".join(FRONTS) + " |",
-             "|---|" + "---|" * len(FRONTS)]
+    lines = [f"### {CASE_TITLES[case]}", "", "| | " + " | ".join(names) + " |",
+             "|---|" + "---|" * len(names)]
 
     def add(label: str, values: Iterator[str]) -> None:
         lines.append(f"| {label} | " + " | ".join(values) + " |")
 
     add("added p50 (ms)", (f"p50 {direct_p50:.2f}" if n == DIRECT else
-                           f"{added(tallies, n, case, 'total_ms'):+.2f}" for n in FRONTS))
+                           f"{added(tallies, n, case, 'total_ms'):+.2f}" for n in names))
     add("own time p50 (x-specroute-overhead-ms)",
-        (cell(v, f"{v:.2f}") for v in (metric_p50(row[n], "own_ms") for n in FRONTS)))
+        (cell(v, f"{v:.2f}") for v in (metric_p50(row[n], "own_ms") for n in names)))
     if CASES[case][1]:
         add("added lag per chunk (us)", ("-" if n == DIRECT else
-            f"{added(tallies, n, case, 'chunk_lag_ms') * 1000:+.0f}" for n in FRONTS))
+            f"{added(tallies, n, case, 'chunk_lag_ms') * 1000:+.0f}" for n in names))
         add("added time to first byte (ms)", ("-" if n == DIRECT else
-            f"{added(tallies, n, case, 'ttfb_ms'):+.2f}" for n in FRONTS))
+            f"{added(tallies, n, case, 'ttfb_ms'):+.2f}" for n in names))
     add(f"requests/s, c={concurrency}",
-        (f"{row[n].requests / row[n].seconds:,.0f}" if row[n].seconds else "-" for n in FRONTS))
+        (f"{row[n].requests / row[n].seconds:,.0f}" if row[n].seconds else "-" for n in names))
     for role in ROLES:
         add(f"CPU ms/request: {role}",
-            (cell(v, f"{v:.3f}") for v in (cpu_ms(row[n], role) for n in FRONTS)))
+            (cell(v, f"{v:.3f}") for v in (cpu_ms(row[n], role) for n in names)))
     add("CPU ms/request: the front in all",
-        (cell(v, f"**{v:.3f}**") for v in (front_cpu_ms(row[n]) for n in FRONTS)))
-    add(f"closed-loop requests (of {requests})", (f"{row[n].requests:,}" for n in FRONTS))
-    add(f"served by ({PROBES} probes)", (row[n].served_by or "-" for n in FRONTS))
+        (cell(v, f"**{v:.3f}**") for v in (front_cpu_ms(row[n]) for n in names)))
+    add(f"closed-loop requests (of {requests})", (f"{row[n].requests:,}" for n in names))
+    add(f"served by ({PROBES} probes)", (row[n].served_by or "-" for n in names))
     add("ext_proc messages per request (Envoy sent / got)",
-        (f"{m[0]:.1f} / {m[1]:.1f}" if (m := row[n].messages) else "-" for n in FRONTS))
+        (f"{m[0]:.1f} / {m[1]:.1f}" if (m := row[n].messages) else "-" for n in names))
     return [*lines, ""]
 
 
@@ -421,12 +441,12 @@ def comparison(tallies: dict[tuple[str, str], Tally], case: str, round_trip: flo
 
 
 def report(tallies: dict[tuple[str, str], Tally], cases: Sequence[str], round_trips: list[float],
-           args: argparse.Namespace) -> str:
+           args: argparse.Namespace, names: Sequence[str] = FRONTS) -> str:
     round_trip = p50(round_trips)
     lines = []
     for case in cases:
         planned = max(args.requests // args.rounds, 1) * args.rounds
-        lines += case_table(tallies, case, args.concurrency, planned)
+        lines += case_table(tallies, case, args.concurrency, planned, names)
     p90 = statistics.quantiles(round_trips, n=10)[-1] if len(round_trips) > 1 else float("nan")
     lines.append(f"one gRPC round trip to the picker (grpc.health.v1 Check, {len(round_trips)} "
                  f"calls): p50 {round_trip:.3f} ms, p90 {p90:.3f} ms")
@@ -441,18 +461,20 @@ async def main(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + args.max_seconds
     work = Path(tempfile.mkdtemp(prefix="specroute-bench-epp-"))
     started = Processes()
-    tallies = {(name, case): Tally() for name in FRONTS for case in args.sizes}
+    names = (DIRECT, PICKER, *((BASELINE,) if args.baseline else ()), PROXY, ROUND_ROBIN)
+    tallies = {(name, case): Tally() for name in names for case in args.sizes}
     round_trips: list[float] = []
     load_before = os.getloadavg()
     fronts: list[Front] = []
     try:
-        fronts, grpc_port = await start_fronts(work, started)
+        fronts, grpc_port = await start_fronts(
+            work, started, Path(args.baseline).resolve() if args.baseline else None)
         for front in fronts:
             front.session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0), timeout=CLIENT_TIMEOUT)
         for case in args.sizes:
             kind, stream = CASES[case]
-            for front in (f for f in fronts if f.name in (PICKER, PROXY)):
+            for front in (f for f in fronts if f.name in (PICKER, BASELINE, PROXY)):
                 await probe(front, make_body(kind, stream=stream), PROBES,
                             tallies[(front.name, case)])
         for _ in range(args.rounds):
@@ -465,7 +487,7 @@ async def main(args: argparse.Namespace) -> None:
               f"concurrency {args.concurrency}, order shuffled per round; the upstreams answer "
               f"at once; SSE: {SSE_CHUNKS} chunks {SSE_INTERVAL_S * 1000:.0f} ms apart; load "
               f"average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n")
-        print(report(tallies, args.sizes, round_trips, args))
+        print(report(tallies, args.sizes, round_trips, args, names))
     finally:
         for front in fronts:
             if front.session is not None:
@@ -491,6 +513,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="bound on one front's closed loops at one size, all rounds (40)")
     parser.add_argument("--grpc-calls", type=int, default=300,
                         help="gRPC health round trips to the picker per round (300)")
+    parser.add_argument("--baseline", default="",
+                        help="another checkout (git worktree add DIR COMMIT) whose picker runs "
+                             "beside this one, behind its own Envoy (none)")
     parser.add_argument("--max-seconds", type=float, default=900.0,
                         help="wall-time bound on the measuring (900)")
     args = parser.parse_args(argv)

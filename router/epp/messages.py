@@ -15,8 +15,6 @@ from typing import Final
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
-from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
 
 DESTINATION: Final = "x-gateway-destination-endpoint"
 SERVED: Final = "x-gateway-destination-endpoint-served"
@@ -56,45 +54,59 @@ def envoy_answered(request: ext_proc.ProcessingRequest) -> bool:
     return str(attributes.fields[CODE_DETAILS].string_value) != "via_upstream"
 
 
-def _mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> ext_proc.HeaderMutation:
-    return ext_proc.HeaderMutation(
-        set_headers=[base_pb2.HeaderValueOption(
-            header=base_pb2.HeaderValue(key=k, raw_value=v.encode()),
-            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
-            for k, v in set_headers.items()],
-        remove_headers=list(remove))
+# Each answer is filled in place, field by field: a sub-message passed to a constructor is
+# copied into its parent (upb), so nesting constructors copied a body answer three times and
+# cost ~4x as much (~12 us against ~3 us each here; a header list ~60 against ~25 us).
+_OVERWRITE: Final = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def _set(mutation: ext_proc.HeaderMutation, set_headers: Mapping[str, str],
+         remove: Iterable[str] = ()) -> None:
+    add = mutation.set_headers.add
+    for key, value in set_headers.items():
+        option = add(append_action=_OVERWRITE)
+        option.header.key = key
+        option.header.raw_value = value.encode()
+    mutation.remove_headers.extend(remove)
 
 
 def picked(endpoints: Iterable[str], set_headers: Mapping[str, str],
            remove: Iterable[str]) -> ext_proc.ProcessingResponse:
     """The answer to the request headers: where to send it (header and metadata alike)."""
     destination = ",".join(endpoints)
-    metadata = struct_pb2.Struct()
-    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
-    mutation = _mutation({DESTINATION: destination, **set_headers}, remove)
-    return ext_proc.ProcessingResponse(
-        request_headers=ext_proc.HeadersResponse(
-            response=ext_proc.CommonResponse(header_mutation=mutation, clear_route_cache=True)),
-        dynamic_metadata=metadata)
+    answer = ext_proc.ProcessingResponse()
+    answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value.fields[DESTINATION].string_value = (
+        destination)
+    common = answer.request_headers.response
+    common.clear_route_cache = True
+    _set(common.header_mutation, {DESTINATION: destination, **set_headers}, remove)
+    return answer
 
 
 def request_body(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
-    return ext_proc.ProcessingResponse(request_body=_streamed(body, end_of_stream))
+    answer = ext_proc.ProcessingResponse()
+    _streamed(answer.request_body, body, end_of_stream)
+    return answer
 
 
 def response_headers(set_headers: Mapping[str, str]) -> ext_proc.ProcessingResponse:
-    return ext_proc.ProcessingResponse(response_headers=ext_proc.HeadersResponse(
-        response=ext_proc.CommonResponse(header_mutation=_mutation(set_headers))))
+    answer = ext_proc.ProcessingResponse()
+    answer.response_headers.SetInParent()  # an empty answer still says which message it is
+    _set(answer.response_headers.response.header_mutation, set_headers)
+    return answer
 
 
 def response_body(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
-    return ext_proc.ProcessingResponse(response_body=_streamed(body, end_of_stream))
+    answer = ext_proc.ProcessingResponse()
+    _streamed(answer.response_body, body, end_of_stream)
+    return answer
 
 
-def _streamed(body: bytes, end_of_stream: bool) -> ext_proc.BodyResponse:
-    return ext_proc.BodyResponse(response=ext_proc.CommonResponse(
-        body_mutation=ext_proc.BodyMutation(streamed_response=ext_proc.StreamedBodyResponse(
-            body=body, end_of_stream=end_of_stream))))
+def _streamed(into: ext_proc.BodyResponse, body: bytes, end_of_stream: bool) -> None:
+    streamed = into.response.body_mutation.streamed_response
+    streamed.SetInParent()  # an empty last chunk is still a StreamedBodyResponse
+    streamed.body = body
+    streamed.end_of_stream = end_of_stream
 
 
 def trailers(request: bool) -> ext_proc.ProcessingResponse:
@@ -105,6 +117,10 @@ def trailers(request: bool) -> ext_proc.ProcessingResponse:
 
 def immediate(status: int, body: bytes, set_headers: Mapping[str, str]) -> ext_proc.ProcessingResponse:
     """Answer the client now, without an upstream (a bad request, no instance)."""
-    return ext_proc.ProcessingResponse(immediate_response=ext_proc.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status),
-        headers=_mutation(set_headers), body=body, details=f"specroute_{status}"))
+    answer = ext_proc.ProcessingResponse()
+    immediate = answer.immediate_response
+    immediate.status.code = status
+    _set(immediate.headers, set_headers)
+    immediate.body = body
+    immediate.details = f"specroute_{status}"
+    return answer

@@ -63,12 +63,14 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
     async def Process(  # the gRPC method's name
         self, request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
         context: grpc.aio.ServicerContext[ext_proc.ProcessingRequest, ext_proc.ProcessingResponse],
-    ) -> AsyncIterator[ext_proc.ProcessingResponse]:
+    ) -> None:
+        """Read and write on the context itself: grpc.aio's async-generator form adds a hop
+        through its iterator per message (6-10% of a do-nothing picker's CPU)."""
         exchange = Exchange(self.app, self.fallbacks)
         try:
-            async for message in request_iterator:
+            while (message := await context.read()) is not grpc.aio.EOF:
                 for response in exchange.on(message):
-                    yield response
+                    await context.write(response)
         finally:  # Envoy closed the stream (the answer ended, or the client left)
             exchange.finish(cut_short=True)
 

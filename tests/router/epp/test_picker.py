@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backends.local.cache import free_loopback_port
@@ -339,3 +340,51 @@ async def test_a_rewritten_body_reaches_the_engine_as_proxy_mode_sends_it(
     assert by_picker["x-specroute-backend"] == "plain-0"
     assert e.states["plain-0"].received[-1]["body"] == sent_by_proxy
     assert sent_by_proxy["model"] == "deepseek-chat"
+
+
+def chunked_json_app(pieces: list[bytes]) -> web.Application:
+    """An engine that writes its JSON answer in `pieces`, a few ms apart (chunked)."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for piece in pieces:
+            await response.write(piece)
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def test_a_json_answer_in_pieces_reaches_the_client_whole_and_is_read(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # each piece goes on when the next one comes, the last with the end: none is lost or doubled
+    answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                          "content": "word " * 300}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 301, "total_tokens": 310},
+        "timings": {"predicted_per_second": 42.5}}).encode()
+    pieces = [answer[:700], answer[700:1400], answer[1400:]]
+    servers = {name: await aiohttp_server(chunked_json_app(pieces)) for name in ("mtp-0",
+                                                                                 "plain-0")}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    e = Engines({}, servers, specs)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        status, headers, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
+        for _ in range(100):  # bounded: 5 s
+            if picker.sink.records:
+                break
+            await asyncio.sleep(0.05)
+    assert status == 200 and through == answer
+    assert headers["x-specroute-backend"] in servers
+    outcome = picker.sink.records[0].outcome
+    assert (outcome.completion_tokens, outcome.backend_tps) == (301, 42.5)
