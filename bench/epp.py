@@ -61,6 +61,7 @@ from bench.proxy_overhead import (
     make_body,
     one_request,
     spawn,
+    specroute_config,
     stop,
     wait_ready,
 )
@@ -134,25 +135,6 @@ class Processes:
             stop(child)
 
 
-def specroute_config(work: Path, name: str, port: int, mtp_port: int, plain_port: int) -> Path:
-    """bench.proxy_overhead's specroute config, but with one upstream per instance: the
-    picker names an `ip:port`, and a pick of mtp must reach another process than plain."""
-    config = work / f"{name}.yaml"
-    config.write_text(f"""
-listen: {{host: 127.0.0.1, port: {port}}}
-backends:
-  - {{name: mtp-0, engine: llamacpp, profile: mtp, url: "http://127.0.0.1:{mtp_port}"}}
-  - {{name: plain-0, engine: llamacpp, profile: plain, url: "http://127.0.0.1:{plain_port}"}}
-default_backend: plain-0
-classifier: default
-tokenizer: true
-log: {{path: {work}/{name}-decisions.jsonl, rotate_mb: 100, keep: 2}}
-supervisor: {{log_dir: {work}/{name}-backends, startup_probe: false}}
-learn: {{interval_s: 0}}
-""")
-    return config
-
-
 def round_robin_config(listen: int, admin: int, upstream_ports: Sequence[int]) -> str:
     """deploy/envoy/envoy.yaml with no ext_proc filter and a STATIC round-robin cluster over
     the upstreams: the listener, route, timeouts and connect timeout stay as deployed."""
@@ -178,7 +160,7 @@ def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, starte
     """`specroute epp` from the checkout `tree` and an Envoy (envoy.yaml) in front of it;
     the front and the picker's gRPC port."""
     grpc_port = free_port()
-    picker_config = specroute_config(work, name, free_port(), *ports)
+    picker_config = specroute_config(work, free_port(), ports[0], plain_port=ports[1], name=name)
     picker = spawn([sys.executable, "-m", "router", "epp", "--config", str(picker_config),
                     "--grpc-port", str(grpc_port), "--endpoints", "primary"],
                    work / f"{name}.log", tree=tree)
@@ -213,8 +195,9 @@ async def start_fronts(work: Path, started: Processes, baseline: Path | None = N
     pickers = [picker]
     if baseline is not None:
         pickers.append(start_picker(work, "baseline", ports, baseline, started, binary)[0])
-    proxy = spawn([sys.executable, "-m", "router", "serve", "--config",
-                   str(specroute_config(work, "proxy", proxy_port := free_port(), *ports))],
+    proxy_port = free_port()
+    proxy_config = specroute_config(work, proxy_port, ports[0], plain_port=ports[1], name="proxy")
+    proxy = spawn([sys.executable, "-m", "router", "serve", "--config", str(proxy_config)],
                   work / "proxy.log")
     started.children.append(proxy)
     rr_listen = free_port()

@@ -265,18 +265,23 @@ http {{
     return conf
 
 
-def specroute_config(work: Path, port: int, upstream_port: int) -> Path:
-    config = work / "specroute.yaml"
+def specroute_config(work: Path, port: int, upstream_port: int, *, plain_port: int = 0,
+                     name: str = "") -> Path:
+    """specroute's config for the benches: the shipped classifier and tokenizer, the decision
+    log on disk. Both instances on `upstream_port`, or plain on its own `plain_port` (where a
+    pick must reach another process); `name` keeps several configs in one work directory apart."""
+    prefix = f"{name}-" if name else ""
+    config = work / f"{name or 'specroute'}.yaml"
     config.write_text(f"""
 listen: {{host: 127.0.0.1, port: {port}}}
 backends:
   - {{name: mtp-0, engine: llamacpp, profile: mtp, url: "http://127.0.0.1:{upstream_port}"}}
-  - {{name: plain-0, engine: llamacpp, profile: plain, url: "http://127.0.0.1:{upstream_port}"}}
+  - {{name: plain-0, engine: llamacpp, profile: plain, url: "http://127.0.0.1:{plain_port or upstream_port}"}}
 default_backend: plain-0
 classifier: default
 tokenizer: true
-log: {{path: {work}/decisions.jsonl, rotate_mb: 100, keep: 2}}
-supervisor: {{log_dir: {work}/backends, startup_probe: false}}
+log: {{path: {work}/{prefix}decisions.jsonl, rotate_mb: 100, keep: 2}}
+supervisor: {{log_dir: {work}/{prefix}backends, startup_probe: false}}
 learn: {{interval_s: 0}}
 """)
     return config
