@@ -1,7 +1,8 @@
 """Reads each engine's own queue gauges in the background (`load.interval_s`, 0.1 s by default)
 and hands them to the pool, where what they count beyond every replica's in-flight requests
-(requests that bypassed specroute) joins the finish rule's queue. A scrape that fails, times out or lies (backends.gauges) is
-dropped: the load it would have told ages out of the pool (`load.max_age_s`) and is not guessed.
+(requests that bypassed specroute) joins the finish rule's queue. A scrape that fails, times
+out or lies (backends.gauges) is dropped: the load it would have told ages out of the pool
+(`load.max_age_s`) and is not guessed.
 The decision never waits on a scrape.
 """
 

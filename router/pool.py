@@ -34,6 +34,9 @@ TYPICAL_WEIGHT = 0.1
 
 # (predicted service ms, when it was sent): a request in flight as the finish rule prices it
 Running = tuple[float, float]
+# one replica's requests in flight as it publishes them: instance -> [(predicted ms, ms since
+# it was sent)] (elapsed rather than sent: the replicas' clocks need not agree)
+ReplicaLoad = dict[str, list[tuple[float, float]]]
 
 
 @dataclass(slots=True)
@@ -152,8 +155,7 @@ class BackendPool:
         backend.bypass = max(0, load.requests - known)
         _seen(backend.bypass_seen, backend.bypass, now)
 
-    def note_replica_work(self, replica: str, work: Mapping[str, Sequence[tuple[float, float]]],
-                          now: float) -> None:
+    def note_replica_work(self, replica: str, work: ReplicaLoad, now: float) -> None:
         """Another replica's requests in flight, as it just published them: per instance, each
         request's (predicted ms, ms since it was sent). An instance it does not name has none
         of its requests."""
@@ -170,7 +172,7 @@ class BackendPool:
         return (len(backend.replicas_running(now, self._load_max_age_s))
                 + backend.bypassing(now, self._load_max_age_s))
 
-    def own_work(self, now: float) -> dict[str, list[tuple[float, float]]]:
+    def own_work(self, now: float) -> ReplicaLoad:
         """This replica's requests in flight, to publish: per instance, each request's
         (predicted ms, ms since it was sent), so the others price them as this one does."""
         return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]

@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
+from router.pool import ReplicaLoad
 from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
 
 log = structlog.get_logger("specroute")
@@ -58,8 +59,6 @@ STORE_ERRORS: Final = (RedisError, OSError, TimeoutError, ValueError)
 T = TypeVar("T")
 # (conversation, backend, profile, prompt tokens, seconds since it was served)
 TurnApplier = Callable[[str, str, str, int, float], None]
-# one replica's requests in flight: instance -> [(predicted ms, ms since it was sent)]
-ReplicaLoad = dict[str, list[tuple[float, float]]]
 # (replica, its work)
 LoadApplier = Callable[[str, ReplicaLoad], None]
 # a published entry naming more requests on one instance than this is not believed
@@ -201,7 +200,7 @@ class ReplicaLink:
 
     # --- in-flight work -------------------------------------------------------------------
 
-    async def publish_load(self, work: Mapping[str, Any], ttl_s: float) -> bool:
+    async def publish_load(self, work: ReplicaLoad, ttl_s: float) -> bool:
         """This replica's requests in flight, to every replica now (PUBLISH) and to one that
         starts listening later (a key expiring after `ttl_s`: a replica that stopped publishing
         stops counting)."""
