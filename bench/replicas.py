@@ -155,6 +155,7 @@ class Row:
     results: dict[str, Result] = field(default_factory=dict)
     union_delta: float = math.nan
     union_n: str = ""
+    risks: list[float] = field(default_factory=list)  # each replica's learned collision risk
 
     def ratio(self, ours: str, theirs: str) -> float:
         return self.results[ours].score / self.results[theirs].score
@@ -411,6 +412,7 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
         else:  # two sync rounds: each has published its last sums and read the other's
             await asyncio.sleep(2 * SYNC_INTERVAL_S + 0.5)
             statuses = [await replica_status(p) for p in proxies]
+            row.risks = [await collision_risk(p) for p in proxies]
     finally:
         if killer is not None:
             killer.cancel()  # when the run ended first (a deadline, an error)
@@ -445,6 +447,18 @@ async def replica_status(proxy: Proxy) -> dict[str, Any]:
             proxy.url + "/dashboard/data.json") as response:
         response.raise_for_status()
         return dict((await response.json())["speedup_model"])
+
+
+async def collision_risk(proxy: Proxy) -> float:
+    """The chance of meeting the other replica's request that a replica learned (/metrics)."""
+    async with aiohttp.ClientSession() as session, session.get(
+            proxy.url + "/metrics") as response:
+        response.raise_for_status()
+        text = await response.text()
+    for line in text.splitlines():
+        if line.startswith("specroute_replica_collision_risk"):
+            return float(line.split()[-1])
+    return math.nan
 
 
 def union_status(policy: Path, logs: Sequence[Path]) -> dict[str, Any]:
@@ -540,7 +554,7 @@ def print_row(row: Row) -> None:
     kill = (f"{row.ratio('killed', '2 replicas'):6.3f} {len(killed.failures):3d} failed "
             f"({killed.note})" if killed is not None else "")
     print(f"  {row.load.name:<10} {' '.join(cells)}   {' '.join(ratios)}  union "
-          f"{row.union_delta:.0e}  idle {_idle(row)}  {kill}", flush=True)
+          f"{row.union_delta:.0e}  idle {_idle(row)}  risk {_risks(row)}  {kill}", flush=True)
     for result in row.results.values():
         for failure in result.failures[:3]:
             print(f"    failed: {failure}")
@@ -551,11 +565,15 @@ def _idle(row: Row) -> str:
     return " / ".join(f"{row.results[s].idle_queued:.0%}" for s in SETUPS if s in row.results)
 
 
+def _risks(row: Row) -> str:
+    return " / ".join(f"{r:.2f}" for r in row.risks) or "-"
+
+
 def markdown_table(rows: Sequence[Row]) -> str:
     head = ("| mix | load | least_conn | single | 2 replicas | store killed | 2r / lc | "
             "2r / single | killed / 2r | failed (killed) | union max rel. diff | idle while "
-            "queued (lc / single / 2r / killed) |")
-    lines = [head, "|" + "---|" * 12]
+            "queued (lc / single / 2r / killed) | collision risk (a / b) |")
+    lines = [head, "|" + "---|" * 13]
     for row in rows:
         killed = row.results.get("killed")
         cells = [row.mix, row.load.name,
@@ -564,7 +582,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
                  f"{row.ratio('2 replicas', 'single'):.3f}",
                  f"{row.ratio('killed', '2 replicas'):.3f}" if killed else "-",
                  str(len(killed.failures)) if killed else "-", f"{row.union_delta:.0e}",
-                 _idle(row)]
+                 _idle(row), _risks(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

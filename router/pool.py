@@ -14,6 +14,10 @@ Load is the router's own in-flight work plus what others put on an instance:
   requests, priced at the instance's typical request.
 Each is trusted only while fresh (`load_max_age_s`): a replica that stopped publishing, or a
 gauge that stopped answering, no longer counts.
+
+Replicas that know each other split the instances into shares (`share_with`): each takes its own
+first among equals, and a free instance in another's share costs it the collision risk it has
+measured there (router/contention).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
 from policies import BackendState, queued_work
+from router.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
 # price of a request someone else put there (its own prediction is not known here).
@@ -67,6 +72,9 @@ class BackendRuntime:
     # when each bypassing request was first seen, oldest first: their elapsed time, as for the
     # replicas' own (one that has run long is nearly done, not a whole request more)
     bypass_seen: list[float] = field(default_factory=list)
+    # ticket -> when it was sent: this replica's requests sent here blind (outside its share,
+    # the instance free as far as it knew), watched for a collision until they end
+    blind: dict[int, float] = field(default_factory=dict)
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -100,6 +108,10 @@ class BackendPool:
         self._tickets = count(1)
         self._on_change: Callable[[], None] | None = None
         self._tie_rank = {name: i for i, name in enumerate(self._backends)}
+        self._me = ""  # this replica's id, once it shares the instances with others
+        self._everyone: list[str] = []  # the replicas the shares were dealt among
+        self._own = frozenset(self._backends)  # its share: all of them while alone
+        self.contention = Contention()
         # backend -> the named pools it belongs to (config.yaml `pools`)
         self._pools = {
             name: frozenset(p for p, members in (pools or {}).items() if name in members)
@@ -128,10 +140,12 @@ class BackendPool:
                     fallback_ms = self._mean_typical_ms()
                 typical = b.typical_ms or fallback_ms or 0.0
                 running = [*running, *((typical, seen) for seen in b.bypass_seen[:bypass])]
+            contended = 0.0 if running or b.spec.name in self._own else self.contention.risk()
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
                                        len(running), pools=self._pools[b.spec.name],
                                        queued=queued_work(running, now),
-                                       tie_rank=self._tie_rank[b.spec.name]))
+                                       tie_rank=self._tie_rank[b.spec.name],
+                                       contended=contended))
         return states
 
     def _mean_typical_ms(self) -> float:
@@ -162,9 +176,41 @@ class BackendPool:
         for name, backend in self._backends.items():
             running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
             backend.replicas[replica] = ReplicaWork(running, now)
-            stale = [r for r, w in backend.replicas.items() if now - w.at > self._load_max_age_s]
-            for gone in stale:  # replicas come and go (new pod names): none is kept forever
+            if backend.blind and running:
+                self._collided(backend, min(sent for _, sent in running))
+        self.refresh_shares(now)
+
+    def _collided(self, backend: BackendRuntime, others_first: float) -> None:
+        """Another replica's request here started at `others_first`: this replica's blind
+        requests sent after it met it."""
+        for ticket, sent in list(backend.blind.items()):
+            if others_first < sent:
+                del backend.blind[ticket]
+                self.contention.observe(collided=True)
+
+    def share_with(self, me: str) -> None:
+        """This replica is `me`: it deals the instances out with the replicas it hears from."""
+        self._me = me
+
+    def refresh_shares(self, now: float) -> None:
+        """Forget the replicas not heard from lately (they come and go: new pod names), and deal
+        the shares again when the replicas heard from changed."""
+        live: set[str] = set()
+        for backend in self._backends.values():
+            for gone in [r for r, w in backend.replicas.items()
+                         if now - w.at > self._load_max_age_s]:
                 del backend.replicas[gone]
+            live.update(backend.replicas)
+        everyone = sorted({self._me, *live}) if self._me else []
+        if everyone != self._everyone:
+            self._everyone = everyone
+            self._deal(everyone.index(self._me) if everyone else 0, max(1, len(everyone)))
+
+    def _deal(self, position: int, replicas: int) -> None:
+        names = list(self._backends)
+        profiles = [b.spec.profile for b in self._backends.values()]
+        self._own = share(names, profiles, position, replicas)
+        self._tie_rank = ranks(names, self._own)
 
     def others_inflight(self, name: str, now: float) -> int:
         """Requests on `name` that this replica did not send, as last seen and still fresh."""
@@ -177,15 +223,6 @@ class BackendPool:
         (predicted ms, ms since it was sent), so the others price them as this one does."""
         return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]
                 for name, b in self._backends.items() if b.running}
-
-    def spread_ties(self, position: int, replicas: int) -> None:
-        """This replica is `position` of `replicas` (0-based, the same order on each): among
-        instances that cost the same it prefers its own share of the list, each replica a
-        different one, so that replicas deciding at the same moment, before they hear of each
-        other's choice, do not all take the same free instance."""
-        names = list(self._backends)
-        offset = position * len(names) // max(1, replicas)
-        self._tie_rank = {name: (i - offset) % len(names) for i, name in enumerate(names)}
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call `on_change` whenever this replica's own in-flight work changes."""
@@ -231,6 +268,9 @@ class BackendPool:
         ticket = next(self._tickets)
         if name in self._backends:
             backend = self._backends[name]
+            if name not in self._own and not backend.known(now, self._load_max_age_s) and (
+                    not backend.bypassing(now, self._load_max_age_s)):
+                backend.blind[ticket] = now
             backend.inflight += 1
             backend.started += 1
             backend.running[ticket] = (predicted_ms, now)
@@ -244,8 +284,11 @@ class BackendPool:
 
     def end(self, name: str, ticket: int = 0) -> None:
         if name in self._backends:
-            self._backends[name].inflight -= 1
-            self._backends[name].running.pop(ticket, None)
+            backend = self._backends[name]
+            backend.inflight -= 1
+            backend.running.pop(ticket, None)
+            if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
+                self.contention.observe(collided=False)
             if self._on_change is not None:
                 self._on_change()
 
@@ -260,6 +303,7 @@ class BackendPool:
                 "healthy": b.healthy(now),
                 "inflight": b.inflight,
                 "others_inflight": self.others_inflight(b.spec.name, now),
+                "own_share": b.spec.name in self._own,  # taken first among the replicas
                 "engine_gauges": (None if b.gauge is None else
                                   {"running": b.gauge.running, "waiting": b.gauge.waiting,
                                    "age_s": round(now - b.gauge_at, 3)}),

@@ -387,6 +387,7 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
     link = ReplicaLink(config.replicas.store, replica_id(config), config.replicas.namespace,
                        config.replicas.timeout_s)
     app[REPLICAS] = link
+    app[POOL].share_with(link.replica)
     loops = [_sums_loop(app, link), _turns_loop(app, link),
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
                                config.replicas.sync_interval_s),
@@ -414,8 +415,7 @@ async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
     others = await link.others_sums()
     if others is not None:
         online.set_others(others)
-        everyone = sorted({link.replica, *link.health.replicas})
-        app[POOL].spread_ties(everyone.index(link.replica), len(everyone))
+    app[POOL].refresh_shares(app[DEPS].clock())  # also when no replica's work arrives
 
 
 async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:

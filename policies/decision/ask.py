@@ -52,6 +52,9 @@ class BackendState:
     # among instances that cost the same, the lowest goes first: replicas that rank them
     # differently spread requests decided at the same moment instead of piling onto one
     tie_rank: int = 0
+    # the chance that a request sent here now meets another replica's, sent at the same moment
+    # by one that did not know of this one (a free instance in another replica's share)
+    contended: float = 0.0
 
     def work(self) -> Queued:
         if self.queued is not None:

@@ -171,7 +171,7 @@ def candidate(
     work = b.work()
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
                      waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW,
-                     tie_rank=b.tie_rank)
+                     tie_rank=b.tie_rank, contended=b.contended)
 
 
 def failover_order(

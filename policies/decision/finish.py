@@ -98,6 +98,7 @@ class Candidate:
     # prior's guess: a draw that picks it is followed whatever that mean says (`soonest`)
     thin: bool = False
     tie_rank: int = 0  # among equal costs, the lowest first (BackendState.tie_rank)
+    contended: float = 0.0  # the chance of meeting another replica's request (BackendState)
 
     def finish_ms(self, tokens: float, sampled: bool = False) -> float:
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
@@ -109,8 +110,11 @@ class Candidate:
         return self.prefill_ms + tokens * per_token
 
     def cost_ms(self, tokens: float, sampled: bool = False) -> float:
-        """Its finish plus the delay its service imposes on those expected to queue behind it."""
-        return self.finish_ms(tokens, sampled) + self.waiting * self.service_ms(tokens, sampled)
+        """Its finish plus the delay its service imposes on those expected to queue behind it,
+        and the expected wait of a collision: one of two requests sent here at once waits for
+        the other (about as long as this one)."""
+        queue = self.waiting + self.contended
+        return self.finish_ms(tokens, sampled) + queue * self.service_ms(tokens, sampled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,10 @@ class Metrics:
             "backend_others_inflight", "Requests on an instance that this replica did not send "
             "(its engine's gauges, or other replicas' published counts)",
             ["backend"], namespace=ns, registry=reg)
+        self.collision_risk = Gauge(
+            "replica_collision_risk", "The learned chance that a request sent to a free instance "
+            "in another replica's share meets one of that replica's (router/contention)",
+            namespace=ns, registry=reg)
         self.gauge_scrapes_dropped = Counter(
             "gauge_scrapes_dropped", "Engine queue-gauge scrapes ignored (failed, slow, or lying)",
             ["backend"], namespace=ns, registry=reg)
@@ -239,3 +243,4 @@ class MetricsAddon(Addon):
             metrics.store_failures.inc(health.failures - self._store_failures_seen)
             self._store_failures_seen = health.failures
             metrics.store_replicas.set(len(health.replicas))
+            metrics.collision_risk.set(pool.contention.risk())

@@ -122,13 +122,22 @@ def test_a_request_of_others_that_has_run_long_is_nearly_done_not_a_whole_reques
     assert _state(pool, "a", 0.9).work().work_ms == pytest.approx(1000.0 - 100.0)
 
 
+def _two_pairs() -> list[BackendSpec]:
+    return [BackendSpec(name=n, engine="llamacpp", profile=p, url=f"http://127.0.0.1:{i + 1}")
+            for i, (n, p) in enumerate((("mtp-0", "mtp"), ("plain-0", "plain"),
+                                        ("mtp-1", "mtp"), ("plain-1", "plain")))]
+
+
+def _sharing(me: str, other: str, now: float = 0.0) -> BackendPool:
+    """A replica `me` that has heard from `other` (with nothing in flight)."""
+    pool = BackendPool(_two_pairs(), load_max_age_s=1.0)
+    pool.share_with(me)
+    pool.note_replica_work(other, {}, now)
+    return pool
+
+
 def test_replicas_rank_equal_instances_differently_so_that_ties_spread() -> None:
-    specs = [BackendSpec(name=n, engine="llamacpp", profile=p, url=f"http://127.0.0.1:{i + 1}")
-             for i, (n, p) in enumerate((("mtp-0", "mtp"), ("plain-0", "plain"),
-                                         ("mtp-1", "mtp"), ("plain-1", "plain")))]
-    first, second = BackendPool(specs), BackendPool(specs)
-    first.spread_ties(0, 2)
-    second.spread_ties(1, 2)
+    first, second = _sharing("a", "b"), _sharing("b", "a")
 
     def preferred(pool: BackendPool, profile: str) -> str:
         return min((s for s in pool.states(0.0) if s.profile == profile),
@@ -137,3 +146,56 @@ def test_replicas_rank_equal_instances_differently_so_that_ties_spread() -> None
     assert preferred(first, "plain") == "plain-0" and preferred(second, "plain") == "plain-1"
     assert preferred(first, "mtp") == "mtp-0" and preferred(second, "mtp") == "mtp-1"
     assert sorted(s.tie_rank for s in second.states(0.0)) == [0, 1, 2, 3]
+    alone = BackendPool(_two_pairs())
+    alone.share_with("a")
+    assert [s.tie_rank for s in alone.states(0.0)] == [0, 1, 2, 3]  # nobody to share with
+
+
+def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collision() -> None:
+    pool = _sharing("a", "b")
+    assert pool.contention.risk() == 0.0  # no risk assumed
+    # mtp-1 is b's share and looks free: a's request there is watched
+    ticket = pool.begin("mtp-1", predicted_ms=400.0, now=10.0)
+    # b's work arrives: its request on mtp-1 started 5 ms before a's (a could not know)
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 7.0)]}, now=10.002)
+    assert pool.contention.collided == pytest.approx(1.0)
+    risk = pool.contention.risk()
+    assert risk > 0.0
+    pool.end("mtp-1", ticket)  # counted once
+    assert pool.contention.risk() == pytest.approx(risk)
+    # a free instance in b's share now costs a its risk; its own share and a busy one nothing
+    pool.note_replica_work("b", {}, now=11.0)  # b's request there ended
+    contended = {s.name: s.contended for s in pool.states(11.0)}
+    assert contended["mtp-1"] == pytest.approx(risk) and contended["plain-1"] == pytest.approx(risk)
+    assert contended["mtp-0"] == 0.0 and contended["plain-0"] == 0.0
+    pool.note_replica_work("b", {"plain-1": [(400.0, 0.0)]}, now=11.0)
+    assert {s.name: s.contended for s in pool.states(11.0)}["plain-1"] == 0.0
+
+
+def test_blind_requests_that_met_nobody_lower_the_risk_and_known_ones_are_not_watched() -> None:
+    pool = _sharing("a", "b")
+    first = pool.begin("plain-1", predicted_ms=400.0, now=1.0)
+    pool.note_replica_work("b", {"plain-1": [(400.0, 0.0)]}, now=1.001)  # b's came after a's
+    assert pool.contention.collided == 0.0
+    pool.begin("mtp-1", predicted_ms=400.0, now=1.0)
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 500.0)]}, now=1.002)  # before: collision
+    pool.end("plain-1", first)
+    pool.note_replica_work("b", {}, now=1.5)  # b's requests ended too
+    high = pool.contention.risk()
+    for t in range(20):  # blind requests that ended having met nobody
+        pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t))  # its own share: not watched
+        pool.end("plain-1", pool.begin("plain-1", now=2.0 + t))
+    assert 0.0 < pool.contention.risk() < high
+    watched = pool.contention.watched
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=30.0)
+    pool.begin("mtp-1", now=30.0)  # busy with b's request, known: not blind
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 900.0)]}, now=30.001)
+    assert pool.contention.watched == pytest.approx(watched)
+
+
+def test_the_shares_follow_the_replicas_heard_from() -> None:
+    pool = _sharing("b", "a", now=0.0)
+    assert {s.name for s in pool.states(0.0) if s.tie_rank < 2} == {"mtp-1", "plain-1"}
+    pool.refresh_shares(5.0)  # a not heard from for max_age: b is alone, and shares nothing
+    assert all(s.contended == 0.0 for s in pool.states(5.0))
+    assert [s.tie_rank for s in pool.states(5.0)] == [0, 1, 2, 3]

@@ -168,9 +168,13 @@ async def test_replicas_fed_disjoint_traffic_decide_with_the_union_s_posterior(
                                                                          abs=1e-9)
     health = (await readyz(servers[0]))["store"]
     assert health["state"] == "ok" and health["replicas"] == ["b", "c"]
-    # knowing each other, they rank equal instances differently (ties spread, not piled)
-    ranks = [tuple(s.tie_rank for s in server.app[POOL].states(0.0)) for server in servers]
-    assert ranks[0] == (0, 1) and ranks[2] == (1, 0)
+    # knowing each other, they deal the 2 instances out (a the first, b the second, c none)
+    # and rank their own first among equals (ties spread, not piled)
+
+    def ranks() -> list[tuple[int, ...]]:
+        return [tuple(s.tie_rank for s in server.app[POOL].states(0.0)) for server in servers]
+
+    await eventually(lambda: ranks() == [(0, 1), (1, 0), (0, 1)], "the instances dealt out")
 
 
 @pytest.mark.parametrize("engine", ["llamacpp", "openai"])
@@ -217,11 +221,43 @@ async def test_an_instance_another_replica_just_freed_is_seen_free_at_once(
     await eventually(lambda: b.app[REPLICAS].health.state == "ok", "B follows the store")
     async with client(a) as ca:
         first = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
-        await eventually(lambda: others_on(b, "plain-0") == 1, "B counts A's request")
-        work = b.app[POOL].runtime("plain-0").replicas["a"].running
+        await eventually(lambda: sum(others_on(b, n) for n in b.app[POOL].names) == 1,
+                         "B counts A's request")
+        used = next(n for n in b.app[POOL].names if others_on(b, n))
+        assert a.app[POOL].runtime(used).running  # where A sent it
+        work = b.app[POOL].runtime(used).replicas["a"].running
         assert len(work) == 1 and work[0][0] > 0  # as A priced it
         await first
-    await eventually(lambda: others_on(b, "plain-0") == 0, "B sees it end", seconds=2.0)
+    await eventually(lambda: others_on(b, used) == 0, "B sees it end", seconds=2.0)
+
+
+async def test_a_replica_learns_how_often_it_meets_another_s_request_where_it_sent_blind(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, time_scale=1.0)  # mtp-0, plain-0
+    a = await replica(aiohttp_server, replica_config(f, "a", store.url))
+    await eventually(lambda: a.app[REPLICAS].health.state == "ok", "A follows the store")
+    raw = redis.Redis.from_url(store.url)
+
+    def announce(work: dict[str, Any]) -> None:  # replica b, as it would publish itself
+        raw.publish("t:load", json.dumps({"replica": "b", "work": work}))
+
+    announce({})
+    # with b known, the pair is dealt out: mtp-0 to a, plain-0 to b
+    await eventually(lambda: a.app[POOL].describe(0.0)[1]["own_share"] is False, "dealt out")
+    assert a.app[POOL].contention.risk() == 0.0
+    async with client(a) as ca:
+        sent = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: bool(a.app[POOL].runtime("plain-0").running), "A sends it")
+        announce({"plain-0": [[900.0, 400.0]]})  # b's request there had started before A's
+        await eventually(lambda: a.app[POOL].contention.risk() > 0.0, "A counts a collision")
+        response = await sent
+    assert response.http_response.status_code == 200
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{a.port}/metrics") as metrics:
+        text = await metrics.text()
+    line = next(x for x in text.splitlines() if x.startswith("specroute_replica_collision_risk"))
+    assert float(line.split()[-1]) == pytest.approx(a.app[POOL].contention.risk())
+    assert float(line.split()[-1]) > 0.0
 
 
 async def test_a_replica_that_stops_publishing_stops_counting(

@@ -98,3 +98,17 @@ def test_among_equal_costs_the_caller_s_tie_rank_decides_before_the_name() -> No
     dearer = Candidate("plain-1", "plain", 1.0, 100.0, 68.0, 68.0, tie_rank=0)
     choice = soonest([a, dearer], TOKENS, max_regret=0.0)  # a rank never outweighs a cost
     assert choice is not None and choice.candidate.name == "plain-0"
+
+
+def test_a_free_instance_another_replica_may_take_at_once_costs_its_expected_wait() -> None:
+    # mtp is 10% faster, but another replica sends a request there at the same moment 30% of
+    # the time (and one of the two then waits a whole service): plain is sooner on average
+    mtp = Candidate("mtp-1", "mtp", 0.0, 100.0, 61.2, 61.2, contended=0.3)
+    plain = Candidate("plain-0", "plain", 0.0, 100.0, 68.0, 68.0)
+    assert mtp.cost_ms(TOKENS) == pytest.approx(1.3 * mtp.finish_ms(TOKENS))
+    choice = soonest([mtp, plain], TOKENS, max_regret=0.0)
+    assert choice is not None and choice.candidate.name == "plain-0"
+    assert choice.finish_ms["mtp-1"] < choice.finish_ms["plain-0"]  # its finish is unchanged
+    uncontended = Candidate("mtp-1", "mtp", 0.0, 100.0, 61.2, 61.2, contended=0.05)
+    choice = soonest([uncontended, plain], TOKENS, max_regret=0.0)
+    assert choice is not None and choice.candidate.name == "mtp-1"
