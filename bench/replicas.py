@@ -25,7 +25,9 @@ capacity; mean latency). Beside each figure, the share of the run during which a
 sat idle while a request waited on another (sampled every 5 ms from the simulated engines).
 After each `2 replicas` run, with the traffic stopped and two sync rounds waited, each
 replica's route model (its `/dashboard/data.json` status: posterior means and sds, paces,
-counts) is compared with a model built from the union of both decision logs.
+counts) is compared with a model built from the union of both decision logs, and its learned
+chance of colliding with the other replica is read from its /metrics
+(`specroute_replica_collision_risk`).
 
 Capacity (run first: it wants every core, the routing runs are paced): req/s at
 `--capacity-clients` of 1 and 2 replicas behind nginx (round robin, keepalive) against one fast
