@@ -391,6 +391,31 @@ async def test_a_json_answer_in_pieces_reaches_the_client_whole_and_is_read(
     assert (outcome.completion_tokens, outcome.backend_tps) == (301, 42.5)
 
 
+@pytest.mark.parametrize("pieces", [1, 30])
+async def test_an_answer_over_envoy_s_buffer_limit_reaches_the_client_whole_and_is_read(
+        aiohttp_server: ServerFactory, tmp_path: Path, pieces: int) -> None:
+    # 3 MB: Envoy holds the answer's body while the picker answers its headers (STREAMED);
+    # more than its 1 MiB buffers hold must not fail the answer
+    answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                          "content": "word " * 600_000}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 600_000,
+                  "total_tokens": 600_009}}).encode()
+    size = len(answer) // pieces + 1
+    app = chunked_json_app([answer[i:i + size] for i in range(0, len(answer), size)])
+    servers = {name: await aiohttp_server(app) for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    async with picker_front(aiohttp_server, tmp_path, Engines({}, servers, specs)) as picker:
+        status, _, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
+        for _ in range(100):  # bounded: 5 s
+            if picker.sink.records:
+                break
+            await asyncio.sleep(0.05)
+    assert status == 200 and through == answer
+    assert picker.sink.records[0].outcome.completion_tokens == 600_000
+
+
 def event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
