@@ -157,7 +157,8 @@ def round_robin_config(listen: int, admin: int, upstream_ports: Sequence[int]) -
 
 def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, started: Processes,
                  binary: Path) -> tuple[Front, int]:
-    """`specroute epp` from the checkout `tree` and an Envoy (envoy.yaml) in front of it;
+    """`specroute epp` from the checkout `tree` and an Envoy running that checkout's
+    envoy.yaml in front of it (the processing modes go with the picker that answers them);
     the front and the picker's gRPC port."""
     grpc_port = free_port()
     picker_config = specroute_config(work, free_port(), ports[0], plain_port=ports[1], name=name)
@@ -167,8 +168,9 @@ def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, starte
     started.children.append(picker)
     listen = free_port()
     envoy = start_envoy(
-        render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
-                      ADMIN_PORT=free_port()), work / f"envoy-{name}", binary=binary, concurrency=1)
+        render_config(tree / ORIGINAL_DST.relative_to(ROOT), LISTEN_PORT=listen,
+                      PICKER_PORT=grpc_port, ADMIN_PORT=free_port()),
+        work / f"envoy-{name}", binary=binary, concurrency=1)
     started.envoys.append(envoy)
     front = Front(BASELINE if name == "baseline" else PICKER, [f"http://127.0.0.1:{listen}"],
                   {"Envoy": [envoy.process.pid], "picker / proxy": [picker.pid]},

@@ -6,12 +6,15 @@ The request body comes in FULL_DUPLEX_STREAMED mode: it is buffered to its end (
 needs all of it), then the headers' answer (the instances) and the body (as the engine must get
 it: rewritten, or with what makes it report its stats) go back together: Envoy routes as soon
 as the headers are answered, so that answer waits for the body. Envoy sends the body on chunked
-(it drops any content-length), so a rewritten body needs no new length. The answer's
-Server-Sent Events go back as they come, split as the proxy splits them (an event cut between
-two chunks waits for its end, then goes on), minus what the picker itself asked for
-(`client_view`); a JSON answer's chunks each go on when the next one comes, the last with its
-end. Envoy does not need an answer per message in this mode: a message that leaves nothing to
-send gets none (each answer is a gRPC write, the largest cost per message here).
+(it drops any content-length), so a rewritten body needs no new length. Envoy needs no
+answer per request message in this mode: a message that leaves nothing to send gets none
+(each answer is a gRPC write, the largest cost per message here).
+
+The answer's body comes in STREAMED mode: Envoy holds each chunk until it is answered, once,
+and the answer is "go on" (no byte sent back) unless the client must get other bytes in its
+place: the answer's Server-Sent Events split as the proxy splits them (an event cut between two
+chunks waits for its end), minus what the picker itself asked for (`client_view`); a JSON
+answer as it is, or whole at its end when what the client gets depends on all of it.
 """
 
 from __future__ import annotations
@@ -68,7 +71,6 @@ class Exchange:
     sse: bool = False
     splitter: SSESplitter = field(default_factory=SSESplitter)
     answer: bytearray = field(default_factory=bytearray)  # a JSON answer, kept to be read
-    held: bytes = b""  # a JSON answer's latest chunk, not yet passed on
     done: bool = False
 
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
@@ -85,10 +87,13 @@ class Exchange:
         if kind == "response_body":
             return self._response_body(message.response_body)
         if kind == "response_trailers":  # the answer ended with trailers, not end_of_stream
-            rest = self._answer_end() if self.result is not None else b""
+            # Its chunks are all answered by now: what the picker held back (an event cut
+            # short, a body edited whole) has nowhere to go. Not over HTTP/1: Envoy's codec
+            # passes no trailers from the instances on.
+            if self.result is not None:
+                self._answer_end()
             self.finish()
-            return [*([messages.response_body(rest, False)] if rest else []),
-                    messages.trailers(request=False)]
+            return [messages.trailers(request=False)]
         return []
 
     # --- the request ------------------------------------------------------------------------
@@ -199,23 +204,21 @@ class Exchange:
                 return
 
     def _response_body(self, body: ext_proc.HttpBody) -> Responses:
-        chunk, end = body.body, body.end_of_stream
+        """STREAMED: Envoy holds each chunk until its answer, which lets it go on as it is
+        (most chunks: no byte echoed) or puts what the client gets in its place."""
+        chunk = body.body
         if self.result is None:
-            return [messages.response_body(chunk, end)]
+            return [messages.RESPONSE_BODY_CONTINUE]
         if self.sse:
             out = self._events(chunk, self.app[state.DEPS].clock())
         else:
             self.answer += chunk  # a copy to read at the end
-            # A JSON answer is of no use before its end: each chunk goes on when the next one
-            # comes, the last with the end (Envoy splits even a one-piece answer in its bytes
-            # and an empty end: one answer, one write, fewer). Unless what the client gets
-            # depends on the whole answer (`meta_info`): then all of it at the end.
-            out, self.held = (b"", b"") if self.added.meta_info else (self.held, chunk)
-        if end:
+            # what the client gets depends on the whole answer (`meta_info`): all at the end
+            out = b"" if self.added.meta_info else chunk
+        if body.end_of_stream:
             out += self._answer_end()
             self.finish()
-            return [messages.response_body(out, True)]
-        return [messages.response_body(out, False)] if out else []
+        return [messages.response_chunk(chunk, out)]
 
     def _answer_end(self) -> bytes:
         """The answer ended: what is still to go to the client, and its last observation."""
@@ -225,10 +228,7 @@ class Exchange:
         whole = bytes(self.answer)
         payload = loads_or_none(whole)
         self.result.meter.observe(payload, self.app[state.DEPS].clock())
-        if self.added.meta_info:
-            return client_body(whole, payload, self.added)
-        rest, self.held = self.held, b""
-        return rest
+        return client_body(whole, payload, self.added) if self.added.meta_info else b""
 
     def _events(self, chunk: bytes, now: float) -> bytes:
         assert self.result is not None

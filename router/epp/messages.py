@@ -96,9 +96,28 @@ def response_headers(set_headers: Mapping[str, str]) -> ext_proc.ProcessingRespo
     return answer
 
 
-def response_body(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
+def _continue_response_body() -> ext_proc.ProcessingResponse:
     answer = ext_proc.ProcessingResponse()
-    _streamed(answer.response_body, body, end_of_stream)
+    answer.response_body.SetInParent()
+    return answer
+
+
+# STREAMED: a chunk answered with no mutation goes on as Envoy holds it. Built once and sent as
+# is (grpc.aio serializes each write; the message is never changed).
+RESPONSE_BODY_CONTINUE: Final = _continue_response_body()
+
+
+def response_chunk(chunk: bytes, out: bytes) -> ext_proc.ProcessingResponse:
+    """The answer to one chunk of the answer's body (STREAMED): go on as it is when `out`, what
+    the client gets in its place, is the same bytes, else those bytes instead (none: cleared)."""
+    if out == chunk:
+        return RESPONSE_BODY_CONTINUE
+    answer = ext_proc.ProcessingResponse()
+    mutation = answer.response_body.response.body_mutation
+    if out:
+        mutation.body = out
+    else:
+        mutation.clear_body = True
     return answer
 
 

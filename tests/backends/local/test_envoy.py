@@ -3,8 +3,9 @@ with a test-only ext_proc endpoint picker (grpc.aio, Envoy's generated protos fr
 
 The picker speaks the GIE protocol as specroute's will: it holds the request headers until the
 whole body arrived (FULL_DUPLEX_STREAMED), then names the upstream (header and/or `envoy.lb`
-metadata) and sends the body back in one StreamedBodyResponse; response bodies stream back
-chunk by chunk. Skipped when Envoy is not cached, unless SPECROUTE_REQUIRE_LOCAL is set.
+metadata) and sends the body back in one StreamedBodyResponse; each chunk of the answer's body
+(STREAMED) it lets go on unchanged. Skipped when Envoy is not cached, unless
+SPECROUTE_REQUIRE_LOCAL is set.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ class Picker:
     by_metadata: bool = False
     reject: bytes | None = None  # an ImmediateResponse 503 with this body once the body is in
     delay_s: float = 0.0  # how long it "thinks" once it has the body
+    # how long it takes to answer the answer's headers ("headers") or body ("body")
+    response_delay: tuple[str, float] = ("", 0.0)
     # False: answer the headers at once and pick on the body answer, which is too late
     hold_headers: bool = True
     fail: bool = False  # end the stream with a gRPC error once the body is in
@@ -120,6 +123,9 @@ class Picker:
                 answers = await self.on_request(kind, request, body, context)
             else:
                 answers = self.on_response(kind, request)
+                part, delay = self.response_delay
+                if kind == f"response_{part}":
+                    await asyncio.sleep(delay)
             for answer in answers:
                 yield answer
 
@@ -149,9 +155,8 @@ class Picker:
         if kind == "response_headers":
             self.on_response_headers(request)
             return [ProcessingResponse(response_headers=HeadersResponse())]
-        if kind == "response_body":  # passed on as it comes: SSE events are not held back
-            chunk = request.response_body
-            return [streamed_body("response_body", chunk.body, chunk.end_of_stream)]
+        if kind == "response_body":  # STREAMED: an empty answer lets Envoy's copy go on
+            return [ProcessingResponse(response_body=BodyResponse())]
         return [ProcessingResponse(response_trailers=TrailersResponse())]
 
     async def on_request_end(
@@ -195,7 +200,7 @@ class Picker:
 
 
 def streamed_body(phase: str, body: bytes, end_of_stream: bool) -> ProcessingResponse:
-    """FULL_DUPLEX_STREAMED: a body answer carries the bytes to forward, not a verdict."""
+    """FULL_DUPLEX_STREAMED (the request's body): the answer carries the bytes to forward."""
     mutation = BodyMutation(streamed_response=StreamedBodyResponse(
         body=body, end_of_stream=end_of_stream))
     return ProcessingResponse(**{phase: BodyResponse(
@@ -545,6 +550,34 @@ async def test_no_message_timer_runs_in_full_duplex_mode(
     async with through_envoy(tmp_path, picker, edit=short_timeout) as front:
         status, _, answer = await post(front.url, chat_body())
     assert (status, answer) == (200, picked.answer())
+
+
+async def test_a_message_timer_runs_on_the_answer_s_side(
+    upstreams: list[Upstream], tmp_path: Path
+) -> None:
+    """The answer's body is STREAMED: Envoy waits at most message_timeout (cut to 0.2 s here)
+    for each answer to the answer's headers and chunks. Past it, while the answer's headers
+    are held: Envoy's 504 with an empty body; once they went out: the client's stream is cut."""
+    picked = upstreams[0]
+
+    def short_timeout(text: str) -> str:
+        assert "message_timeout: 5s" in text
+        return text.replace("message_timeout: 5s", "message_timeout: 0.2s")
+
+    timeout = aiohttp.ClientTimeout(total=WAIT_S)
+    for part, stream in (("headers", False), ("body", False), ("body", True)):
+        picker = Picker(picked.address, response_delay=(part, 1.0))
+        async with through_envoy(tmp_path, picker, edit=short_timeout) as front:
+            async with (aiohttp.ClientSession(timeout=timeout) as session,
+                        session.post(front.url, data=chat_body(stream=stream)) as response):
+                if not stream:  # the whole answer came before the picker's late answer
+                    assert (response.status, await response.read()) == (504, b"")
+                else:  # the headers went on; the answer to the first event came too late
+                    assert response.status == 200
+                    with pytest.raises(aiohttp.ClientPayloadError):
+                        await response.read()
+                    picked.first_event_read.set()  # let the upstream end
+            assert await front.stat("http.inference.ext_proc.message_timeouts") == 1, part
 
 
 def test_both_configs_validate_and_two_envoys_run_side_by_side(tmp_path: Path) -> None:

@@ -342,12 +342,13 @@ async def test_a_rewritten_body_reaches_the_engine_as_proxy_mode_sends_it(
     assert sent_by_proxy["model"] == "deepseek-chat"
 
 
-def chunked_json_app(pieces: list[bytes]) -> web.Application:
-    """An engine that writes its JSON answer in `pieces`, a few ms apart (chunked)."""
+def chunked_json_app(pieces: list[bytes],
+                     content_type: str = "application/json") -> web.Application:
+    """An engine that writes its answer in `pieces`, a few ms apart (chunked)."""
 
     async def chat(request: web.Request) -> web.StreamResponse:
         await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response = web.StreamResponse(headers={"Content-Type": content_type})
         await response.prepare(request)
         for piece in pieces:
             await response.write(piece)
@@ -388,3 +389,72 @@ async def test_a_json_answer_in_pieces_reaches_the_client_whole_and_is_read(
     assert headers["x-specroute-backend"] in servers
     outcome = picker.sink.records[0].outcome
     assert (outcome.completion_tokens, outcome.backend_tps) == (301, 42.5)
+
+
+@pytest.mark.parametrize("pieces", [1, 30])
+async def test_an_answer_over_envoy_s_buffer_limit_reaches_the_client_whole_and_is_read(
+        aiohttp_server: ServerFactory, tmp_path: Path, pieces: int) -> None:
+    # 3 MB: Envoy holds the answer's body while the picker answers its headers (STREAMED);
+    # more than its 1 MiB buffers hold must not fail the answer
+    answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                          "content": "word " * 600_000}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 600_000,
+                  "total_tokens": 600_009}}).encode()
+    size = len(answer) // pieces + 1
+    app = chunked_json_app([answer[i:i + size] for i in range(0, len(answer), size)])
+    servers = {name: await aiohttp_server(app) for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    async with picker_front(aiohttp_server, tmp_path, Engines({}, servers, specs)) as picker:
+        status, _, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
+        for _ in range(100):  # bounded: 5 s
+            if picker.sink.records:
+                break
+            await asyncio.sleep(0.05)
+    assert status == 200 and through == answer
+    assert picker.sink.records[0].outcome.completion_tokens == 600_000
+
+
+def event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+CHUNK = {"id": "x", "object": "chat.completion.chunk", "model": "sim-model"}
+USAGE = event({**CHUNK, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
+
+
+@pytest.mark.parametrize(("engine", "stream", "ours"), [
+    ("llamacpp", True, USAGE),  # the usage chunk the picker asked for, cut in two
+    ("sglang", False, b""),  # `meta_info` the picker asked for, in a JSON answer in pieces
+])
+async def test_what_the_picker_asked_for_is_dropped_across_pieces_as_the_proxy_drops_it(
+        aiohttp_server: ServerFactory, tmp_path: Path, engine: str, stream: bool,
+        ours: bytes) -> None:
+    if stream:
+        words = b"".join(event({**CHUNK, "choices": [{"index": 0, "delta": {"content": w}}]})
+                         for w in ("Par", "is", "."))
+        answer = words + USAGE + b"data: [DONE]\n\n"
+        cut = len(words) + 20  # inside the usage chunk
+        pieces = [answer[:30], answer[30:cut], answer[cut:]]  # an event cut in each piece
+    else:
+        answer = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                              "content": "word " * 50},
+             "meta_info": {"id": "x"}}], "meta_info": {"completion_tokens": 50}}).encode()
+        pieces = [answer[:100], answer[100:200], answer[200:]]
+    app = chunked_json_app(pieces, "text/event-stream" if stream else "application/json")
+    servers = {name: await aiohttp_server(app) for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine=engine, profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    e = Engines({}, servers, specs)
+    ask = chat({**ASKS[1], "stream": stream})
+    proxy = await proxy_front(aiohttp_server, tmp_path, e)
+    _, _, by_proxy = await post(proxy.url + "/chat/completions", ask)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        status, _, by_picker = await post(picker.url + "/chat/completions", ask)
+    assert status == 200 and by_picker == by_proxy != answer
+    if stream:
+        assert by_picker == answer.replace(ours, b"")
+    else:
+        assert b"meta_info" not in by_picker
