@@ -3,14 +3,15 @@ moment it takes each to hear of the other's (a few ms), and one request waits a 
 time behind the other. Pure: counts in, a probability out; no clock.
 
 Each replica has a share of the instances (`share`): the others take the rest first, so a free
-instance in its own share is one the others avoid. Sending to a free instance outside it risks
-a collision, and that risk is measured here rather than assumed: each such request is watched
-until it ends, and counted as a collision when this replica later hears of another replica's
-request on that instance that had started before it (a request it could not have known of: the
-instance looked free). That is half the collisions (when this replica was first, the other one
-was blind, and counts it from its side), so a blind request's chance of meeting another is
-twice what is counted. Closed-loop clients in step collide in most bursts; independent arrivals
-almost never: the risk is learned per fleet and traffic, and forgotten as they change.
+instance in its own share is one the others avoid, and a free instance outside it may be taken
+by its owner at the same moment. How often that happens is measured rather than assumed: each
+request sent to an instance that looked free is watched until it ends, and counted as a
+collision when this replica later hears of another replica's request there that had started
+before it (one it could not have known of). That is half the collisions: when this replica was
+first, the other one was blind, and counts it from its side. So a blind request's chance of
+meeting another is twice what is counted. Closed-loop clients in step collide in most bursts;
+independent arrivals almost never: the risk is learned per fleet and traffic, and forgotten as
+they change.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ PRIOR_WATCHED: Final = 4.0
 
 @dataclass(slots=True)
 class Contention:
-    """Blind requests (sent outside this replica's share to an instance it saw free) and how
+    """Blind requests (sent to an instance that looked free, other replicas about) and how
     many of them met another replica's request there, each fading as new ones come."""
 
     watched: float = PRIOR_WATCHED

@@ -72,8 +72,8 @@ class BackendRuntime:
     # when each bypassing request was first seen, oldest first: their elapsed time, as for the
     # replicas' own (one that has run long is nearly done, not a whole request more)
     bypass_seen: list[float] = field(default_factory=list)
-    # ticket -> when it was sent: this replica's requests sent here blind (outside its share,
-    # the instance free as far as it knew), watched for a collision until they end
+    # ticket -> when it was sent: this replica's requests sent here blind (the instance free as
+    # far as it knew, other replicas about), watched for a collision until they end
     blind: dict[int, float] = field(default_factory=dict)
 
     def healthy(self, now: float) -> bool:
@@ -268,7 +268,7 @@ class BackendPool:
         ticket = next(self._tickets)
         if name in self._backends:
             backend = self._backends[name]
-            if name not in self._own and not backend.known(now, self._load_max_age_s) and (
+            if len(self._everyone) > 1 and not backend.known(now, self._load_max_age_s) and (
                     not backend.bypassing(now, self._load_max_age_s)):
                 backend.blind[ticket] = now
             backend.inflight += 1

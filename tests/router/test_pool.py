@@ -6,6 +6,7 @@ import pytest
 
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
+from router.contention import Contention
 from router.pool import BackendPool
 
 
@@ -154,6 +155,10 @@ def test_replicas_rank_equal_instances_differently_so_that_ties_spread() -> None
 def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collision() -> None:
     pool = _sharing("a", "b")
     assert pool.contention.risk() == 0.0  # no risk assumed
+    alone = BackendPool(_two_pairs())
+    alone.share_with("a")
+    alone.end("mtp-1", alone.begin("mtp-1", now=0.0))
+    assert alone.contention.watched == Contention().watched  # nobody to meet: not watched
     # mtp-1 is b's share and looks free: a's request there is watched
     ticket = pool.begin("mtp-1", predicted_ms=400.0, now=10.0)
     # b's work arrives: its request on mtp-1 started 5 ms before a's (a could not know)
@@ -181,11 +186,12 @@ def test_blind_requests_that_met_nobody_lower_the_risk_and_known_ones_are_not_wa
     pool.note_replica_work("b", {"mtp-1": [(400.0, 500.0)]}, now=1.002)  # before: collision
     pool.end("plain-1", first)
     pool.note_replica_work("b", {}, now=1.5)  # b's requests ended too
-    high = pool.contention.risk()
-    for t in range(20):  # blind requests that ended having met nobody
-        pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t))  # its own share: not watched
+    high, watched = pool.contention.risk(), pool.contention.watched
+    for t in range(20):  # blind requests that ended having met nobody, in either share
+        pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t))
         pool.end("plain-1", pool.begin("plain-1", now=2.0 + t))
     assert 0.0 < pool.contention.risk() < high
+    assert pool.contention.watched > watched + 30
     watched = pool.contention.watched
     pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=30.0)
     pool.begin("mtp-1", now=30.0)  # busy with b's request, known: not blind
