@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -95,6 +95,8 @@ class ForwardOptions:
 
 
 HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
+# Called once the engine's answer is all in, before its end leaves for the client.
+AnsweredHook = Callable[[], Awaitable[None]]
 
 
 async def forward(
@@ -108,12 +110,15 @@ async def forward(
     clock: Clock,
     options: ForwardOptions = ForwardOptions(),
     response_headers: HeaderHook | None = None,
+    answered: AnsweredHook | None = None,
 ) -> web.StreamResponse:
     """Send `body` to the first target that takes it; relay its answer to `request`'s client.
 
     `result` is the caller's, filled as the request goes, so that a caller cancelled midway
     (the client hung up) still knows which backend served what. `response_headers(result)`
-    adds headers to the client's response once the backend is known.
+    adds headers to the client's response once the backend is known; `answered()` is awaited
+    when the engine's answer is all in, before its last bytes go to the client (not when the
+    answer broke off).
     """
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
@@ -130,7 +135,8 @@ async def forward(
         result.error = ""
         try:
             extra = response_headers(result) if response_headers is not None else {}
-            response = await _relay(request, upstream, first, result, clock, options, extra)
+            response = await _relay(request, upstream, first, result, clock, options, extra,
+                                    answered)
         finally:
             # A fully read body frees the connection for reuse; anything else closes it, which
             # tells the backend to stop generating.
@@ -199,10 +205,13 @@ async def _relay(
     clock: Clock,
     options: ForwardOptions,
     extra: Mapping[str, str],
+    answered: AnsweredHook | None,
 ) -> web.StreamResponse:
     headers = _downstream_headers(upstream.headers, extra)
     if not _is_sse(upstream):
         arrived = clock()
+        if answered is not None:  # read whole by `_open`
+            await answered()
         # Parsed before sending only when the client's bytes depend on it (a meta_info to drop);
         # otherwise the answer leaves first and is measured after.
         parsed_first = options.strip_meta_info
@@ -220,7 +229,7 @@ async def _relay(
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
         await response.prepare(request)
-        await _relay_events(response, upstream, first, result, clock, options)
+        await _relay_events(response, upstream, first, result, clock, options, answered)
     except _CLIENT_GONE:
         result.client_disconnected = True
     return response
@@ -233,6 +242,7 @@ async def _relay_events(
     result: ForwardResult,
     clock: Clock,
     options: ForwardOptions,
+    answered: AnsweredHook | None,
 ) -> None:
     splitter = SSESplitter()
     chunk = first
@@ -253,6 +263,8 @@ async def _relay_events(
             result.error = f"{result.backend}: stream broke: {_describe(exc)}"
             await response.write(error_event(502, result.error, code="backend_failed"))
             return
+    if answered is not None:
+        await answered()
     rest = splitter.flush()
     if rest:
         await response.write(rest)

@@ -110,17 +110,28 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     result = ForwardResult(meter=StreamMeter(started_at=started,
                                              text_cap=options.keep_text_chars))
     ticket = pool.begin(primary, plan.decision.service_ms, started)
+    ended = False
+
+    async def answered() -> None:
+        # The engine is free: other replicas hear of it before this client can send its next
+        # request (through one of them); the yield lets the publisher send it first.
+        nonlocal ended
+        ended = True
+        pool.end(primary, ticket)
+        await asyncio.sleep(0)
+
     try:
         return await forward(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
             result=result, clock=deps.clock, options=options,
-            response_headers=lambda r: route_headers(plan, r, started),
+            response_headers=lambda r: route_headers(plan, r, started), answered=answered,
         )
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
         raise
     finally:
-        pool.end(primary, ticket)
+        if not ended:
+            pool.end(primary, ticket)
         if counters is None:
             account(app, plan, result, started)
         else:  # an await: shielded, so that a client hanging up now loses no record
