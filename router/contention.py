@@ -7,9 +7,8 @@ instance in its own share is one the others avoid, and a free instance outside i
 by its owner at the same moment. How often that happens is measured rather than assumed: each
 request sent to an instance that looked free is watched until it ends, and counted as a
 collision when this replica later hears of another replica's request there that had started
-before it (one it could not have known of). That is half the collisions: when this replica was
-first, the other one was blind, and counts it from its side. So a blind request's chance of
-meeting another is twice what is counted. Closed-loop clients in step collide in most bursts;
+before it (one it could not have known of) or so soon after it, within the channel's latency,
+that the other could not know of this one. Closed-loop clients in step collide in most bursts;
 independent arrivals almost never: the risk is learned per fleet and traffic, and forgotten as
 they change.
 """
@@ -42,8 +41,8 @@ class Contention:
 
     def risk(self) -> float:
         """The chance that a request sent blind meets another replica's request (either one
-        first): twice the share counted from this side, at most 1."""
-        return min(1.0, 2.0 * self.collided / self.watched)
+        first)."""
+        return self.collided / self.watched
 
 
 def share(names: Sequence[str], profiles: Sequence[str], position: int, replicas: int

@@ -169,7 +169,8 @@ class BackendPool:
         backend.bypass = max(0, load.requests - known)
         _seen(backend.bypass_seen, backend.bypass, now)
 
-    def note_replica_work(self, replica: str, work: ReplicaLoad, now: float) -> None:
+    def note_replica_work(self, replica: str, work: ReplicaLoad, now: float,
+                          blind_s: float = 0.0) -> None:
         """Another replica's requests in flight, as it just published them: per instance, each
         request's (predicted ms, ms since it was sent). An instance it does not name has none
         of its requests."""
@@ -177,14 +178,15 @@ class BackendPool:
             running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
             backend.replicas[replica] = ReplicaWork(running, now)
             if backend.blind and running:
-                self._collided(backend, min(sent for _, sent in running))
+                self._collided(backend, min(sent for _, sent in running), blind_s)
         self.refresh_shares(now)
 
-    def _collided(self, backend: BackendRuntime, others_first: float) -> None:
-        """Another replica's request here started at `others_first`: this replica's blind
-        requests sent after it met it."""
+    def _collided(self, backend: BackendRuntime, others_first: float, blind_s: float) -> None:
+        """Another replica's request here started at `others_first` (as heard: late by the
+        channel's latency): this replica's blind requests met it if they were sent after it, or
+        so soon before it (within `blind_s`) that the other could not know of them."""
         for ticket, sent in list(backend.blind.items()):
-            if others_first < sent:
+            if others_first < sent + blind_s:
                 del backend.blind[ticket]
                 self.contention.observe(collided=True)
 

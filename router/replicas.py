@@ -63,6 +63,9 @@ TurnApplier = Callable[[str, str, str, int, float], None]
 LoadApplier = Callable[[str, ReplicaLoad], None]
 # a published entry naming more requests on one instance than this is not believed
 MAX_PUBLISHED_REQUESTS: Final = 100_000
+# The channel's latency is followed at its recent highs: each echo of this replica's own
+# publication raises it at once, and it decays by this share per echo.
+LATENCY_DECAY: Final = 0.02
 
 
 def replica_id(config: Config) -> str:
@@ -108,8 +111,13 @@ class StoreHealth:
 class ReplicaLink:
     """One replica's connection to the shared store and the three things it shares."""
 
-    def __init__(self, url: str, replica: str, namespace: str, timeout_s: float) -> None:
+    def __init__(self, url: str, replica: str, namespace: str, timeout_s: float,
+                 clock: Callable[[], float] | None = None) -> None:
         self.replica = replica
+        self._clock = clock
+        self._echo: tuple[bytes, float] | None = None  # the last load published, and when
+        # how long a publication takes to reach the replicas (its own echo on the channel)
+        self.channel_latency_s = 0.0
         self.health = StoreHealth(replica)
         self._timeout_s = timeout_s
         self._client = aioredis.Redis.from_url(
@@ -207,6 +215,9 @@ class ReplicaLink:
         text = json.dumps({"replica": self.replica, "work": work}, separators=(",", ":"))
         key = self._load_prefix + self.replica
 
+        if self._clock is not None:
+            self._echo = (text.encode(), self._clock())
+
         async def all_three() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(key, text, px=max(1, int(ttl_s * 1000)))
@@ -249,9 +260,12 @@ class ReplicaLink:
                     apply(name, work)
                 while True:
                     message = await pubsub.get_message(timeout=TURNS_BLOCK_S)
-                    entry = None if message is None else self._load_entry(message.get("data"))
+                    data = None if message is None else message.get("data")
+                    entry = None if data is None else self._load_entry(data)
                     if entry is not None and entry[0] != self.replica:
                         apply(*entry)
+                    elif entry is not None:
+                        self._heard_own(data)
             except STORE_ERRORS as exc:
                 self.health.failed("replicas' load", exc)
                 await asyncio.sleep(retry_s)
@@ -259,6 +273,15 @@ class ReplicaLink:
                 with contextlib.suppress(*STORE_ERRORS):
                     async with asyncio.timeout(self._timeout_s):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _heard_own(self, data: Any) -> None:
+        """This replica's own publication came back: the channel's latency, as the others see
+        it (the same path through the store)."""
+        if self._echo is None or self._clock is None or data != self._echo[0]:
+            return
+        latency = self._clock() - self._echo[1]
+        self.channel_latency_s = max(latency, self.channel_latency_s * (1.0 - LATENCY_DECAY))
+        self._echo = None
 
     def _load_entry(self, value: Any) -> tuple[str, ReplicaLoad] | None:
         entry = load_entry(value)
@@ -385,14 +408,14 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     link = ReplicaLink(config.replicas.store, replica_id(config), config.replicas.namespace,
-                       config.replicas.timeout_s)
+                       config.replicas.timeout_s, clock=app[DEPS].clock)
     app[REPLICAS] = link
     app[POOL].share_with(link.replica)
     loops = [_sums_loop(app, link), _turns_loop(app, link),
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
                                config.replicas.sync_interval_s),
              _load_loop(app, link),
-             link.follow_load(_load_applier(app), config.replicas.load_interval_s)]
+             link.follow_load(_load_applier(app, link), config.replicas.load_interval_s)]
     tasks = [asyncio.create_task(loop) for loop in loops]
     log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
              loops=len(tasks))
@@ -442,11 +465,13 @@ async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
                 await changed.wait()
 
 
-def _load_applier(app: web.Application) -> LoadApplier:
+def _load_applier(app: web.Application, link: ReplicaLink) -> LoadApplier:
     pool, deps = app[POOL], app[DEPS]
 
     def apply(replica: str, work: ReplicaLoad) -> None:
-        pool.note_replica_work(replica, work, deps.clock())
+        # a request started within the channel's latency of one of ours could not know of it,
+        # nor ours of it: each way, once
+        pool.note_replica_work(replica, work, deps.clock(), blind_s=2 * link.channel_latency_s)
 
     return apply
 

@@ -112,6 +112,9 @@ class Metrics:
             "replica_collision_risk", "The learned chance that a request sent to a free instance "
             "in another replica's share meets one of that replica's (router/contention)",
             namespace=ns, registry=reg)
+        self.channel_latency = Gauge(
+            "replica_channel_latency_seconds", "How long this replica's published load takes to "
+            "come back on the store's channel (recent highs)", namespace=ns, registry=reg)
         self.gauge_scrapes_dropped = Counter(
             "gauge_scrapes_dropped", "Engine queue-gauge scrapes ignored (failed, slow, or lying)",
             ["backend"], namespace=ns, registry=reg)
@@ -244,3 +247,4 @@ class MetricsAddon(Addon):
             self._store_failures_seen = health.failures
             metrics.store_replicas.set(len(health.replicas))
             metrics.collision_risk.set(pool.contention.risk())
+            metrics.channel_latency.set(link.channel_latency_s)

@@ -28,13 +28,13 @@ def test_own_share_ranks_first_in_list_order() -> None:
 def test_the_risk_is_learned_from_what_is_counted_and_fades() -> None:
     contention = Contention()
     assert contention.risk() == 0.0
-    for _ in range(400):  # one blind request in four met another's: half the collisions seen
+    for _ in range(400):  # one blind request in four met another's
         for collided in (True, False, False, False):
             contention.observe(collided)
-    assert contention.risk() == pytest.approx(0.5, abs=0.05)
+    assert contention.risk() == pytest.approx(0.25, abs=0.03)
     for _ in range(int(3 * HORIZON)):  # the traffic changed: nobody collides any more
         contention.observe(False)
     assert contention.risk() < 0.05
     for _ in range(int(2 * HORIZON)):  # and then everyone does
         contention.observe(True)
-    assert contention.risk() == 1.0  # a chance, at most 1
+    assert 0.8 < contention.risk() <= 1.0  # a chance

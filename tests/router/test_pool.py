@@ -177,6 +177,17 @@ def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collisi
     assert {s.name: s.contended for s in pool.states(11.0)}["plain-1"] == 0.0
 
 
+def test_a_request_started_within_the_channel_s_latency_after_a_blind_one_met_it_too() -> None:
+    pool = _sharing("a", "b")
+    pool.begin("mtp-1", predicted_ms=400.0, now=10.0)
+    # b's request there, heard 3 ms after a's start: started after it, as heard
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=10.003, blind_s=0.001)
+    assert pool.contention.collided == 0.0  # later than the latency allows: b knew of a's
+    pool.begin("plain-1", predicted_ms=400.0, now=10.0)
+    pool.note_replica_work("b", {"plain-1": [(400.0, 0.0)]}, now=10.003, blind_s=0.004)
+    assert pool.contention.collided == pytest.approx(1.0)  # within it: neither could know
+
+
 def test_blind_requests_that_met_nobody_lower_the_risk_and_known_ones_are_not_watched() -> None:
     pool = _sharing("a", "b")
     first = pool.begin("plain-1", predicted_ms=400.0, now=1.0)

@@ -258,6 +258,12 @@ async def test_a_replica_learns_how_often_it_meets_another_s_request_where_it_se
     line = next(x for x in text.splitlines() if x.startswith("specroute_replica_collision_risk"))
     assert float(line.split()[-1]) == pytest.approx(a.app[POOL].contention.risk())
     assert float(line.split()[-1]) > 0.0
+    # its own publications came back through the store: the channel's latency, measured
+    latency = a.app[REPLICAS].channel_latency_s
+    assert 0.0 < latency < 1.0
+    line = next(x for x in text.splitlines()
+                if x.startswith("specroute_replica_channel_latency_seconds"))
+    assert float(line.split()[-1]) > 0.0
 
 
 async def test_a_replica_that_stops_publishing_stops_counting(
