@@ -374,19 +374,12 @@ async def test_a_json_answer_in_pieces_reaches_the_client_whole_and_is_read(
         "usage": {"prompt_tokens": 9, "completion_tokens": 301, "total_tokens": 310},
         "timings": {"predicted_per_second": 42.5}}).encode()
     pieces = [answer[:700], answer[700:1400], answer[1400:]]
-    servers = {name: await aiohttp_server(chunked_json_app(pieces)) for name in ("mtp-0",
-                                                                                 "plain-0")}
-    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
-                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
-    e = Engines({}, servers, specs)
+    e = await chunked_engines(aiohttp_server, pieces)
     async with picker_front(aiohttp_server, tmp_path, e) as picker:
         status, headers, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
-        for _ in range(100):  # bounded: 5 s
-            if picker.sink.records:
-                break
-            await asyncio.sleep(0.05)
+        await first_record(picker.sink)
     assert status == 200 and through == answer
-    assert headers["x-specroute-backend"] in servers
+    assert headers["x-specroute-backend"] in e.servers
     outcome = picker.sink.records[0].outcome
     assert (outcome.completion_tokens, outcome.backend_tps) == (301, 42.5)
 
@@ -402,18 +395,29 @@ async def test_an_answer_over_envoy_s_buffer_limit_reaches_the_client_whole_and_
         "usage": {"prompt_tokens": 9, "completion_tokens": 600_000,
                   "total_tokens": 600_009}}).encode()
     size = len(answer) // pieces + 1
-    app = chunked_json_app([answer[i:i + size] for i in range(0, len(answer), size)])
-    servers = {name: await aiohttp_server(app) for name in ("mtp-0", "plain-0")}
-    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
-                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
-    async with picker_front(aiohttp_server, tmp_path, Engines({}, servers, specs)) as picker:
+    e = await chunked_engines(aiohttp_server,
+                              [answer[i:i + size] for i in range(0, len(answer), size)])
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
         status, _, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
-        for _ in range(100):  # bounded: 5 s
-            if picker.sink.records:
-                break
-            await asyncio.sleep(0.05)
+        await first_record(picker.sink)
     assert status == 200 and through == answer
     assert picker.sink.records[0].outcome.completion_tokens == 600_000
+
+
+async def chunked_engines(aiohttp_server: ServerFactory, pieces: list[bytes]) -> Engines:
+    """An mtp and a plain instance, each answering with `pieces` of one JSON answer."""
+    servers = {name: await aiohttp_server(chunked_json_app(pieces))
+               for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    return Engines({}, servers, specs)
+
+
+async def first_record(sink: Any) -> None:
+    for _ in range(100):  # bounded: 5 s
+        if sink.records:
+            return
+        await asyncio.sleep(0.05)
 
 
 def event(payload: dict[str, Any]) -> bytes:
