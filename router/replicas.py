@@ -436,9 +436,12 @@ async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
     if not await link.publish_sums(online.own_sums()):
         return
     others = await link.others_sums()
-    if others is not None:
-        online.set_others(others)
-    app[POOL].refresh_shares(app[DEPS].clock())  # also when no replica's work arrives
+    if others is None:
+        return
+    online.set_others(others)
+    # also when no replica's work arrives; not while the store fails (returned above): the
+    # others are unheard then, not gone, and the shares last dealt still keep them apart
+    app[POOL].refresh_shares(app[DEPS].clock())
 
 
 async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
