@@ -70,6 +70,7 @@ import aiohttp
 from backends.local.redisserver import RedisServer, redis_binary, start_redis
 from backends.local.simulator import MACHINES, SimState, create_sim_app, decode_plan
 from backends.spec import BackendSpec
+from backends.stats import parse_sample
 from bench.learning import POLICY_PATH, machine_states, poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS, closed_loop, completion_tokens, nginx_conf
 from bench.proxy_overhead import (
@@ -457,10 +458,8 @@ async def collision_risk(proxy: Proxy) -> float:
             proxy.url + "/metrics") as response:
         response.raise_for_status()
         text = await response.text()
-    for line in text.splitlines():
-        if line.startswith("specroute_replica_collision_risk"):
-            return float(line.split()[-1])
-    return math.nan
+    samples = dict(s for s in map(parse_sample, text.splitlines()) if s is not None)
+    return samples.get("specroute_replica_collision_risk", math.nan)
 
 
 def union_status(policy: Path, logs: Sequence[Path]) -> dict[str, Any]:

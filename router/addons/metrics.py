@@ -109,8 +109,8 @@ class Metrics:
             "(its engine's gauges, or other replicas' published counts)",
             ["backend"], namespace=ns, registry=reg)
         self.collision_risk = Gauge(
-            "replica_collision_risk", "The learned chance that a request sent to a free instance "
-            "in another replica's share meets one of that replica's (router/contention)",
+            "replica_collision_risk", "The learned chance that a request sent to an instance that "
+            "looked free meets another replica's, sent there as blind (router/contention)",
             namespace=ns, registry=reg)
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "

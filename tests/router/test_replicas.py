@@ -27,6 +27,7 @@ import redis
 from backends.local.redisserver import RedisServer, redis_binary, start_redis
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
+from backends.stats import parse_sample
 from decisionlog.readers import iter_log_records
 from policies import RouteModel, learn_arms, observations
 from policies.learner.routemodel import gather
@@ -234,7 +235,9 @@ async def test_an_instance_another_replica_just_freed_is_seen_free_at_once(
 async def test_a_replica_learns_how_often_it_meets_another_s_request_where_it_sent_blind(
         aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
     f = await fleet(aiohttp_server, tmp_path, time_scale=1.0)  # mtp-0, plain-0
-    a = await replica(aiohttp_server, replica_config(f, "a", store.url))
+    # b publishes once here, no heartbeat: it must not be forgotten while the test runs
+    a = await replica(aiohttp_server, replica_config(f, "a", store.url).model_copy(
+        update={"load": LoadConfig(interval_s=0.05, max_age_s=30.0)}))
     await eventually(lambda: a.app[REPLICAS].health.state == "ok", "A follows the store")
     raw = redis.Redis.from_url(store.url)
 
@@ -255,15 +258,14 @@ async def test_a_replica_learns_how_often_it_meets_another_s_request_where_it_se
     async with aiohttp.ClientSession() as session, session.get(
             f"http://127.0.0.1:{a.port}/metrics") as metrics:
         text = await metrics.text()
-    line = next(x for x in text.splitlines() if x.startswith("specroute_replica_collision_risk"))
-    assert float(line.split()[-1]) == pytest.approx(a.app[POOL].contention.risk())
-    assert float(line.split()[-1]) > 0.0
+    samples = dict(s for s in map(parse_sample, text.splitlines()) if s is not None)
+    assert samples["specroute_replica_collision_risk"] == pytest.approx(
+        a.app[POOL].contention.risk())
+    assert samples["specroute_replica_collision_risk"] > 0.0
     # its own publications came back through the store: the channel's latency, measured
     latency = a.app[REPLICAS].channel_latency_s
     assert 0.0 < latency < 1.0
-    line = next(x for x in text.splitlines()
-                if x.startswith("specroute_replica_channel_latency_seconds"))
-    assert float(line.split()[-1]) > 0.0
+    assert samples["specroute_replica_channel_latency_seconds"] > 0.0
 
 
 async def test_a_replica_that_stops_publishing_stops_counting(
