@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import math
 import os
 import random
@@ -87,6 +89,16 @@ CLIENT_TIMEOUT: Final = aiohttp.ClientTimeout(total=60)
 # body), the answer's headers, the answer's body (response_header_mode SEND, bodies streamed).
 WAITS: Final = 3
 PROBES: Final = 10  # requests per size to see whom the picker and the proxy choose
+# Envoy's own timing of its ext_proc calls (the filter's logging info, per request, in its
+# access log): how long it waited for the pick, and for each answer message it held.
+PER_CHUNK: Final = "answer_body_per_call_us"  # derived: the body's hold per message
+TIMED: Final = "x-bench-timed"  # the concurrency-1 requests carry their case in this header
+ENVOY_TIMING: Final = {  # the access log's field -> the filter's logging-info field
+    "pick_us": "request_header_latency_us",
+    "answer_headers_us": "response_header_latency_us",
+    "answer_body_us": "response_body_total_latency_us",
+    "answer_body_calls": "response_body_call_count",
+}
 SETTLE_S: Final = 0.25  # after a loop, before reading CPU: the decision log's batch lands
 
 
@@ -98,6 +110,7 @@ class Front:
     urls: list[str]  # base URLs, taken in turn (direct: each upstream)
     pids: dict[str, list[int]]  # role -> the processes whose CPU counts for it
     admin_url: str = ""  # Envoy's, to read its ext_proc counters
+    timing_log: Path | None = None  # Envoy's access log of its ext_proc timing
     session: aiohttp.ClientSession | None = None
     turn: int = 0
 
@@ -119,6 +132,7 @@ class Tally:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> CPU seconds in the loops
     served_by: str = ""  # "mtp-0 5 / plain-0 3": who the probes went to
     messages: tuple[float, float] | None = None  # ext_proc messages per request: sent, got
+    envoy_timing: dict[str, float] = field(default_factory=dict)  # ENVOY_TIMING's p50s
 
 
 @dataclass
@@ -135,13 +149,54 @@ class Processes:
             stop(child)
 
 
+def _connection_manager(config: dict[str, Any]) -> dict[str, Any]:
+    listener = config["static_resources"]["listeners"][0]
+    manager: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return manager
+
+
+def with_timing_log(config_text: str, path: Path) -> str:
+    """The config with an access log of Envoy's own ext_proc timing (ENVOY_TIMING) for the
+    requests that carry TIMED: what the picker costs as Envoy waits for it, not as the
+    picker or a Python client sees it."""
+    config: dict[str, Any] = yaml.safe_load(config_text)
+    fields = {"case": f"%REQ({TIMED})%"} | {
+        name: f"%FILTER_STATE({EXT_PROC}:FIELD:{field})%" for name, field in ENVOY_TIMING.items()}
+    _connection_manager(config)["access_log"] = [{
+        "name": "envoy.access_loggers.file",
+        "filter": {"header_filter": {"header": {"name": TIMED, "present_match": True}}},
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(path), "log_format": {"json_format": fields}}}]
+    return str(yaml.safe_dump(config, sort_keys=False))
+
+
+def envoy_timings(path: Path) -> dict[str, dict[str, float]]:
+    """Per case, the p50 of each ENVOY_TIMING field over the logged requests (those Envoy
+    made no such call for are left out of that field)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry = json.loads(line)
+        per_case = values.setdefault(str(entry.get("case")), {})
+        got = {}
+        for name in ENVOY_TIMING:
+            with contextlib.suppress(TypeError, ValueError):
+                got[name] = float(entry.get(name))
+                per_case.setdefault(name, []).append(got[name])
+        if got.get("answer_body_calls"):
+            per_case.setdefault(PER_CHUNK, []).append(
+                got["answer_body_us"] / got["answer_body_calls"])
+    return {case: {name: statistics.median(v) for name, v in fields.items() if v}
+            for case, fields in values.items()}
+
+
 def round_robin_config(listen: int, admin: int, upstream_ports: Sequence[int]) -> str:
     """deploy/envoy/envoy.yaml with no ext_proc filter and a STATIC round-robin cluster over
     the upstreams: the listener, route, timeouts and connect timeout stay as deployed."""
     config: dict[str, Any] = yaml.safe_load(
         render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=1, ADMIN_PORT=admin))
     resources = config["static_resources"]
-    manager = resources["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    manager = _connection_manager(config)
     manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != EXT_PROC]
     pool = next(c for c in resources["clusters"] if c["name"] == "inference_pool")
     del pool["original_dst_lb_config"]
@@ -167,14 +222,15 @@ def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, starte
                    work / f"{name}.log", tree=tree)
     started.children.append(picker)
     listen = free_port()
-    envoy = start_envoy(
-        render_config(tree / ORIGINAL_DST.relative_to(ROOT), LISTEN_PORT=listen,
-                      PICKER_PORT=grpc_port, ADMIN_PORT=free_port()),
-        work / f"envoy-{name}", binary=binary, concurrency=1)
+    timing_log = work / f"envoy-{name}-timing.jsonl"
+    config = render_config(tree / ORIGINAL_DST.relative_to(ROOT), LISTEN_PORT=listen,
+                           PICKER_PORT=grpc_port, ADMIN_PORT=free_port())
+    envoy = start_envoy(with_timing_log(config, timing_log), work / f"envoy-{name}",
+                        binary=binary, concurrency=1)
     started.envoys.append(envoy)
     front = Front(BASELINE if name == "baseline" else PICKER, [f"http://127.0.0.1:{listen}"],
                   {"Envoy": [envoy.process.pid], "picker / proxy": [picker.pid]},
-                  admin_url=envoy.admin_url)
+                  admin_url=envoy.admin_url, timing_log=timing_log)
     return front, grpc_port
 
 
@@ -254,15 +310,16 @@ async def ext_proc_stats(session: aiohttp.ClientSession, admin_url: str) -> dict
             for kind in ("sent", "received")}
 
 
-async def latency_batch(front: Front, body: bytes, count: int, deadline: float
+async def latency_batch(front: Front, body: bytes, count: int, deadline: float, case: str
                         ) -> list[Sample]:
-    """`count` requests one after the other (concurrency 1)."""
+    """`count` requests one after the other (concurrency 1), tagged with their case for
+    Envoy's timing log."""
     assert front.session is not None
     samples = []
     for _ in range(count):
         if time.monotonic() > deadline:
             break
-        samples.append(await one_request(front.session, front.next_url(), body))
+        samples.append(await one_request(front.session, front.next_url(), body, {TIMED: case}))
     return samples
 
 
@@ -322,7 +379,7 @@ async def measure_round(fronts: list[Front], cases: Sequence[str], args: argpars
         kind, stream = CASES[case]
         body = make_body(kind, stream=stream)
         for front in shuffled(fronts):
-            samples = await latency_batch(front, body, args.per_round, deadline)
+            samples = await latency_batch(front, body, args.per_round, deadline, case)
             tallies[(front.name, case)].samples += samples
         for front in shuffled(fronts):
             loop_deadline = min(deadline, time.monotonic() + args.phase_seconds / args.rounds)
@@ -396,7 +453,16 @@ def case_table(tallies: dict[tuple[str, str], Tally], case: str, concurrency: in
     add(f"served by ({PROBES} probes)", (row[n].served_by or "-" for n in names))
     add("ext_proc messages per request (Envoy sent / got)",
         (f"{m[0]:.1f} / {m[1]:.1f}" if (m := row[n].messages) else "-" for n in names))
+    add("Envoy's wait for the pick p50 (ms, its own timing)",
+        (cell(v, f"{v:.2f}") for v in (timing(row[n], "pick_us") / 1000 for n in names)))
+    add("Envoy's hold: answer headers / per body message p50 (us)",
+        (f"{timing(row[n], 'answer_headers_us'):.0f} / {timing(row[n], PER_CHUNK):.0f}"
+         if row[n].envoy_timing else "-" for n in names))
     return [*lines, ""]
+
+
+def timing(tally: Tally, name: str) -> float:
+    return tally.envoy_timing.get(name, math.nan)
 
 
 def comparison(tallies: dict[tuple[str, str], Tally], case: str, round_trip: float) -> list[str]:
@@ -412,6 +478,14 @@ def comparison(tallies: dict[tuple[str, str], Tally], case: str, round_trip: flo
              f"measured {extra / expected:.1f}x that ({extra - expected:+.2f} ms); with {WAITS} "
              f"round trips {serial:.2f} ms ({extra / serial:.1f}x)")
     lines = [first]
+    if picker.envoy_timing:
+        pick = timing(picker, "pick_us") / 1000
+        lines.append(
+            f"{case}: as Envoy timed it, the pick came {pick:.2f} ms after the request's headers "
+            f"went out, of which the picker's own time {own:.2f} ms: {pick - own:.2f} ms is the "
+            f"stream and its messages; Envoy held the answer's headers "
+            f"{timing(picker, 'answer_headers_us'):.0f} us and each body message "
+            f"{timing(picker, PER_CHUNK):.0f} us for the picker's go-ahead")
     if CASES[case][1]:
         lag = (added(tallies, PICKER, case, "chunk_lag_ms")
                - added(tallies, ROUND_ROBIN, case, "chunk_lag_ms"))
@@ -467,6 +541,11 @@ async def main(args: argparse.Namespace) -> None:
                 break
             round_trips += await grpc_round_trips(grpc_port, args.grpc_calls)
             await measure_round(fronts, args.sizes, args, tallies, deadline)
+        for front in (f for f in fronts if f.timing_log is not None):
+            assert front.timing_log is not None
+            for case, timing in envoy_timings(front.timing_log).items():
+                if (front.name, case) in tallies:
+                    tallies[(front.name, case)].envoy_timing = timing
         print(f"endpoint picker, one run: {args.rounds} rounds, per front and size "
               f"{args.per_round} requests at concurrency 1 and {args.requests} at "
               f"concurrency {args.concurrency}, order shuffled per round; the upstreams answer "

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,12 +325,14 @@ class Sample:
     own_ms: float | None = None
 
 
-async def one_request(session: aiohttp.ClientSession, url: str, body: bytes) -> Sample:
+async def one_request(session: aiohttp.ClientSession, url: str, body: bytes,
+                      headers: Mapping[str, str] | None = None) -> Sample:
     started = time.perf_counter()
     lags: list[float] = []
     ttfb = 0.0
     async with session.post(url + "/v1/chat/completions", data=body,
-                            headers={"Content-Type": "application/json"}) as response:
+                            headers={"Content-Type": "application/json", **(headers or {})}
+                            ) as response:
         if response.status != 200:
             raise RuntimeError(f"{url}: status {response.status}: {(await response.read())[:200]!r}")
         own = response.headers.get("x-specroute-overhead-ms")
