@@ -206,21 +206,26 @@ class Proxy:
         return f"http://127.0.0.1:{self.port}"
 
 
+FORWARD = os.environ.get("SPECROUTE_FORWARD", "1") == "1"
+
+
 async def start_proxy(work: Path, name: str, specs: Sequence[BackendSpec], *, store: str = "",
                       tokenizer: bool = False, probe: bool = True,
                       load: LoadConfig | None = None) -> Proxy:
     """`specroute serve` in its own process, returned once /readyz answers (and, with a store,
     once the store is reached)."""
+    port = free_port()
     config = Config(
         backends=list(specs), policy=str(work / "policy.yaml"), tokenizer=tokenizer,
         classifier="default", log=LogConfig(path=str(work / f"{name}.jsonl")),
         learn=LearnConfig(interval_s=0),
         supervisor=SupervisorConfig(log_dir=str(work / f"{name}-backends"), startup_probe=probe),
-        replicas=ReplicasConfig(store=store, id=name), load=load or LoadConfig(),
+        replicas=ReplicasConfig(store=store, id=name,
+                                url=f"http://127.0.0.1:{port}" if store and FORWARD else ""),
+        load=load or LoadConfig(),
     )
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config.model_dump(mode="json")), encoding="utf-8")  # JSON is YAML
-    port = free_port()
     process = spawn([sys.executable, "-m", "router", "serve", "--config", str(path),
                      "--port", str(port)], work / f"{name}.stderr")
     proxy = Proxy(name, port, process, work / f"{name}.jsonl")

@@ -216,3 +216,16 @@ def test_the_shares_follow_the_replicas_heard_from() -> None:
     pool.refresh_shares(5.0)  # a not heard from for max_age: b is alone, and shares nothing
     assert all(s.contended == 0.0 for s in pool.states(5.0))
     assert [s.tie_rank for s in pool.states(5.0)] == [0, 1, 2, 3]
+
+
+def test_each_instance_has_one_owner_and_both_replicas_agree_on_it() -> None:
+    first, second = _sharing("a", "b"), _sharing("b", "a")
+    owners = {name: first.owner(name) for name in first.names}
+    assert owners == {"mtp-0": "a", "plain-0": "a", "mtp-1": "b", "plain-1": "b"}
+    assert {name: second.owner(name) for name in second.names} == owners
+    assert first.own_share() == {"mtp-0", "plain-0"}
+    assert second.own_share() == {"mtp-1", "plain-1"}
+    first.refresh_shares(5.0)  # b not heard from since: a is alone and owns nothing apart
+    assert all(first.owner(name) == "a" for name in first.names)
+    alone = BackendPool(_two_pairs())
+    assert alone.owner("mtp-0") == ""  # no replicas at all
