@@ -22,12 +22,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.openai_error import error_event
+from backends.upstream import HOP_BY_HOP, RECODED
 
 # Set on a request one replica passes to another: the replica it came through.
 VIA: Final = "x-specroute-via"
-_HOP: Final = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                         "te", "trailer", "transfer-encoding", "upgrade", "host",
-                         "content-length", "accept-encoding", "content-encoding"})
+# what describes one hop, and the encodings (the body goes on decoded, the answer as it comes)
+_HOP: Final = HOP_BY_HOP | RECODED
 _PEER_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError)
 _CLIENT_GONE: Final = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # A peer answering these cannot take the request now (not ready, shutting down, overloaded).
