@@ -13,10 +13,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from backends.upstream import ForwardResult
-from policies import BackendState
 from router import state
-from router.peers import VIA
-from router.pool import BackendPool
 from router.records import record_for
 from router.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
 
@@ -37,7 +34,7 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
         model=online.model,
         scorer=app[state.SCORER].current,
         count_tokens=app[state.TOKENS],
-        backends=_candidates(pool, headers, started),
+        backends=pool.states(started),
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
         arms=online.arms,
@@ -45,16 +42,6 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
         tools_memo=app[state.TOOLS_MEMO],
         ask_memo=app[state.ASK_MEMO],
     ))
-
-
-def _candidates(pool: BackendPool, headers: Mapping[str, str], now: float
-                ) -> list[BackendState]:
-    """Every instance; for a request another replica passed on, this replica's own share."""
-    states = pool.states(now)
-    if VIA not in headers:
-        return states
-    own = pool.own_share()
-    return [s for s in states if s.name in own] or states
 
 
 def route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:
