@@ -216,3 +216,29 @@ def test_the_shares_follow_the_replicas_heard_from() -> None:
     pool.refresh_shares(5.0)  # a not heard from for max_age: b is alone, and shares nothing
     assert all(s.contended == 0.0 for s in pool.states(5.0))
     assert [s.tie_rank for s in pool.states(5.0)] == [0, 1, 2, 3]
+
+
+def test_others_unheard_while_sharing_once_none_is_heard_within_max_age() -> None:
+    alone = BackendPool(_two_pairs(), load_max_age_s=1.0)
+    assert not alone.others_unheard(0.0)  # one process: nobody to hear
+    alone.share_with("a")
+    assert not alone.others_unheard(5.0)  # a replica that has met no other is alone
+    pool = _sharing("a", "b", now=0.0)
+    assert not pool.others_unheard(0.9)
+    assert pool.others_unheard(1.1)  # b quiet for max_age, the shares still dealt
+    pool.note_replica_work("b", {}, now=1.2)
+    assert not pool.others_unheard(1.2)
+
+
+def test_a_lost_channel_stops_the_others_work_counting_at_once_and_keeps_the_shares() -> None:
+    pool = _sharing("a", "b", now=0.0)
+    ranks = [s.tie_rank for s in pool.states(0.0)]
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=0.0)
+    assert _state(pool, "mtp-1", 0.1).inflight == 1
+    pool.lost_others()
+    assert pool.others_unheard(0.1)
+    assert _state(pool, "mtp-1", 0.1).inflight == 0  # b's request ends unheard: not counted
+    # the gauges count it beyond this replica's own requests from their next read
+    pool.note_engine_load("mtp-1", EngineLoad(1, 0), now=0.12)
+    assert _state(pool, "mtp-1", 0.12).inflight == 1 and pool.runtime("mtp-1").bypass == 1
+    assert [s.tie_rank for s in pool.states(0.12)] == ranks  # b unheard, not gone
