@@ -222,6 +222,7 @@ class BackendPool:
         for backend in self._backends.values():
             for work in backend.replicas.values():
                 work.at = -math.inf
+            backend.blind.clear()  # whether they met the others' requests can no longer be told
 
     def others_unheard(self, now: float) -> bool:
         """Whether this replica shares the instances with others (the shares last dealt) and
@@ -287,8 +288,11 @@ class BackendPool:
         ticket = next(self._tickets)
         if name in self._backends:
             backend = self._backends[name]
+            # watched only while the others are heard: unheard, a collision cannot be told
+            # from none, and every blind request would count as none
             if len(self._everyone) > 1 and not backend.known(now, self._load_max_age_s) and (
-                    not backend.bypassing(now, self._load_max_age_s)):
+                    not backend.bypassing(now, self._load_max_age_s)) and (
+                    not self.others_unheard(now)):
                 backend.blind[ticket] = now
             backend.inflight += 1
             backend.started += 1
