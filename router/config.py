@@ -74,6 +74,12 @@ class LoadConfig(_Strict):
         "vLLM, SGLang), so that requests others put on an instance count in the finish rule"
     )
     interval_s: float = Field(0.1, gt=0, description="how often the gauges are read")
+    unheard_interval_s: float = Field(
+        0.025, gt=0, description="how often they are read while the other replicas are not "
+        "heard from (the store down): the gauges are then all a replica sees of the others' "
+        "requests, and a staler view sends two requests to one instance more often (never "
+        "slower than interval_s)"
+    )
     timeout_s: float = Field(0.5, gt=0, description="a scrape slower than this is ignored")
     max_age_s: float = Field(
         1.0, gt=0, description="load seen longer ago than this (a gauge, or another replica's "

@@ -2,7 +2,9 @@
 and hands them to the pool, where what they count beyond every replica's in-flight requests
 (requests that bypassed specroute) joins the finish rule's queue. A scrape that fails, times
 out or lies (backends.gauges) is dropped: the load it would have told ages out of the pool
-(`load.max_age_s`) and is not guessed.
+(`load.max_age_s`) and is not guessed. While the other replicas are unheard (the store down),
+the gauges are all a replica sees of their requests, and are read every
+`load.unheard_interval_s` instead.
 The decision never waits on a scrape.
 """
 
@@ -21,6 +23,7 @@ from backends.capability import metrics_text
 from backends.engines import adapter_for
 from backends.gauges import EngineLoad, has_gauges, parse_gauges
 from backends.spec import BackendSpec
+from router.config import LoadConfig
 from router.state import CONFIG, DEPS, GAUGE_SCRAPES, POOL, SESSION
 
 log = structlog.get_logger("specroute")
@@ -55,10 +58,29 @@ async def engine_gauges(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _loop(app: web.Application, specs: list[BackendSpec]) -> None:
-    interval = app[CONFIG].load.interval_s
+    config, pool, clock = app[CONFIG], app[POOL], app[DEPS].clock
+    settings = config.load
+    # with replicas, the pace is looked at this often while waiting: an outage speeds it up
+    # within a step; one process sleeps the whole interval
+    step = (min(settings.interval_s, settings.unheard_interval_s) if config.replicas.store
+            else settings.interval_s)
     while True:
         await asyncio.gather(*(scrape_once(app, spec) for spec in specs))
-        await asyncio.sleep(interval)
+        read_at = clock()
+        while (left := read_at + scrape_interval(settings, pool.others_unheard(clock()))
+               - clock()) > 0:
+            await asyncio.sleep(min(left, step))
+
+
+def scrape_interval(settings: LoadConfig, others_unheard: bool) -> float:
+    """How long after a scrape the next one is due. While the other replicas are unheard,
+    another replica's request on an instance shows only at the next scrape, and one that ended
+    there still shows until then: each replica then sends requests where the other's just
+    started, or past an instance just freed, for up to one interval. The faster pace is bounded,
+    and only for the outage: a healthy channel tells each start and end within milliseconds."""
+    if others_unheard:
+        return min(settings.interval_s, settings.unheard_interval_s)
+    return settings.interval_s
 
 
 async def scrape_once(app: web.Application, spec: BackendSpec) -> EngineLoad | None:

@@ -22,6 +22,7 @@ measured there (router/contention).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
@@ -224,6 +225,23 @@ class BackendPool:
     def own_share(self) -> frozenset[str]:
         return self._own
 
+    def lost_others(self) -> None:
+        """The channel that told the other replicas' work broke: what it last told stops
+        counting at once (those requests end unheard; the engines' gauges show them from their
+        next read), and the shares stay as dealt (the others are unheard, not gone)."""
+        for backend in self._backends.values():
+            for work in backend.replicas.values():
+                work.at = -math.inf
+            backend.blind.clear()  # whether they met the others' requests can no longer be told
+
+    def others_unheard(self, now: float) -> bool:
+        """Whether this replica shares the instances with others (the shares last dealt) and
+        has heard none of them within `load_max_age_s`: the store or its channel is down, and
+        the engines' gauges are all it sees of the others' requests."""
+        return len(self._everyone) > 1 and not any(
+            now - work.at <= self._load_max_age_s
+            for backend in self._backends.values() for work in backend.replicas.values())
+
     def others_inflight(self, name: str, now: float) -> int:
         """Requests on `name` that this replica did not send, as last seen and still fresh."""
         backend = self._backends[name]
@@ -280,8 +298,11 @@ class BackendPool:
         ticket = next(self._tickets)
         if name in self._backends:
             backend = self._backends[name]
+            # watched only while the others are heard: unheard, a collision cannot be told
+            # from none, and every blind request would count as none
             if len(self._everyone) > 1 and not backend.known(now, self._load_max_age_s) and (
-                    not backend.bypassing(now, self._load_max_age_s)):
+                    not backend.bypassing(now, self._load_max_age_s)) and (
+                    not self.others_unheard(now)):
                 backend.blind[ticket] = now
             backend.inflight += 1
             backend.started += 1

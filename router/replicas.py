@@ -255,9 +255,11 @@ class ReplicaLink:
                 found[name] = entry[1]
         return found
 
-    async def follow_load(self, apply: LoadApplier, retry_s: float) -> None:
+    async def follow_load(self, apply: LoadApplier, retry_s: float,
+                          lost: Callable[[], None]) -> None:
         """Apply other replicas' work as they publish it (within a few ms of a request's start
-        or end). On (re)subscribing, the work they published before is read first."""
+        or end). On (re)subscribing, the work they published before is read first. When the
+        channel breaks, `lost`: what it told is no longer kept current."""
         while True:
             pubsub = self._reader.pubsub(ignore_subscribe_messages=True)
             try:
@@ -275,6 +277,7 @@ class ReplicaLink:
                         self._heard_own(data)
             except STORE_ERRORS as exc:
                 self.health.failed("replicas' load", exc)
+                lost()
                 await asyncio.sleep(retry_s)
             finally:
                 with contextlib.suppress(*STORE_ERRORS):
@@ -429,7 +432,8 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
                                config.replicas.sync_interval_s),
              _load_loop(app, link),
-             link.follow_load(_load_applier(app, link), config.replicas.load_interval_s)]
+             link.follow_load(_load_applier(app, link), config.replicas.load_interval_s,
+                              app[POOL].lost_others)]
     tasks = [asyncio.create_task(loop) for loop in loops]
     log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
              loops=len(tasks))

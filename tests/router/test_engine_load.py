@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from backends.local.simulator import SimState
-from router.engine_load import scrape_once
+from router.config import LoadConfig
+from router.engine_load import scrape_interval, scrape_once
 from router.state import DEPS, GAUGE_SCRAPES, POOL
 from tests.router.conftest import ServerFactory, start_stack
 
@@ -49,3 +50,14 @@ async def test_a_client_that_bypasses_the_router_counts_in_the_finish_rule(
         plain_state = next(s for s in app[POOL].states(app[DEPS].clock()) if s.name == "plain-0")
         assert plain_state.inflight == 1  # not ours, and counted
         (await direct).release()
+
+
+@pytest.mark.parametrize(("interval", "unheard_interval", "unheard", "pause"), [
+    (0.1, 0.025, False, 0.1),  # the others heard (or none about): the configured pace
+    (0.1, 0.025, True, 0.025),  # unheard: the gauges are all there is, read faster
+    (0.1, 0.5, True, 0.1),  # never slower than the configured pace
+])
+def test_the_gauges_are_read_faster_only_while_the_other_replicas_are_unheard(
+        interval: float, unheard_interval: float, unheard: bool, pause: float) -> None:
+    settings = LoadConfig(interval_s=interval, unheard_interval_s=unheard_interval)
+    assert scrape_interval(settings, unheard) == pause

@@ -153,7 +153,7 @@ def test_replicas_rank_equal_instances_differently_so_that_ties_spread() -> None
 
 
 def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collision() -> None:
-    pool = _sharing("a", "b")
+    pool = _sharing("a", "b", now=10.0)
     assert pool.contention.risk() == 0.0  # no risk assumed
     alone = BackendPool(_two_pairs())
     alone.share_with("a")
@@ -178,7 +178,7 @@ def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collisi
 
 
 def test_a_request_started_within_the_channel_s_latency_after_a_blind_one_met_it_too() -> None:
-    pool = _sharing("a", "b")
+    pool = _sharing("a", "b", now=10.0)
     pool.begin("mtp-1", predicted_ms=400.0, now=10.0)
     # b's request there, heard 3 ms after a's start: started after it, as heard
     pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=10.003, blind_s=0.001)
@@ -199,6 +199,7 @@ def test_blind_requests_that_met_nobody_lower_the_risk_and_known_ones_are_not_wa
     pool.note_replica_work("b", {}, now=1.5)  # b's requests ended too
     high, watched = pool.contention.risk(), pool.contention.watched
     for t in range(20):  # blind requests that ended having met nobody, in either share
+        pool.note_replica_work("b", {}, now=2.0 + t)  # b's heartbeat: heard, with nothing
         pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t))
         pool.end("plain-1", pool.begin("plain-1", now=2.0 + t))
     assert 0.0 < pool.contention.risk() < high
@@ -229,3 +230,42 @@ def test_each_instance_has_one_owner_and_both_replicas_agree_on_it() -> None:
     assert all(first.owner(name) == "a" for name in first.names)
     alone = BackendPool(_two_pairs())
     assert alone.owner("mtp-0") == ""  # no replicas at all
+
+
+def test_others_unheard_while_sharing_once_none_is_heard_within_max_age() -> None:
+    alone = BackendPool(_two_pairs(), load_max_age_s=1.0)
+    assert not alone.others_unheard(0.0)  # one process: nobody to hear
+    alone.share_with("a")
+    assert not alone.others_unheard(5.0)  # a replica that has met no other is alone
+    pool = _sharing("a", "b", now=0.0)
+    assert not pool.others_unheard(0.9)
+    assert pool.others_unheard(1.1)  # b quiet for max_age, the shares still dealt
+    pool.note_replica_work("b", {}, now=1.2)
+    assert not pool.others_unheard(1.2)
+
+
+def test_a_lost_channel_stops_the_others_work_counting_at_once_and_keeps_the_shares() -> None:
+    pool = _sharing("a", "b", now=0.0)
+    ranks = [s.tie_rank for s in pool.states(0.0)]
+    pool.note_replica_work("b", {"mtp-1": [(400.0, 0.0)]}, now=0.0)
+    assert _state(pool, "mtp-1", 0.1).inflight == 1
+    pool.lost_others()
+    assert pool.others_unheard(0.1)
+    assert _state(pool, "mtp-1", 0.1).inflight == 0  # b's request ends unheard: not counted
+    # the gauges count it beyond this replica's own requests from their next read
+    pool.note_engine_load("mtp-1", EngineLoad(1, 0), now=0.12)
+    assert _state(pool, "mtp-1", 0.12).inflight == 1 and pool.runtime("mtp-1").bypass == 1
+    assert [s.tie_rank for s in pool.states(0.12)] == ranks  # b unheard, not gone
+
+
+def test_blind_requests_are_not_watched_while_the_others_are_unheard() -> None:
+    pool = _sharing("a", "b", now=0.0)
+    pool.begin("mtp-1", predicted_ms=400.0, now=0.1)
+    assert pool.runtime("mtp-1").blind
+    pool.lost_others()
+    assert not pool.runtime("mtp-1").blind  # whether it met b's requests can't be told now
+    watched = pool.contention.watched
+    for t in range(10):  # unheard, every one would look like one that met nobody
+        pool.end("plain-1", pool.begin("plain-1", now=0.2 + t))
+    assert pool.contention.watched == watched
+    assert pool.contention.risk() == 0.0

@@ -490,3 +490,30 @@ async def test_other_replicas_garbage_is_skipped_and_their_good_sums_still_added
                      "garbage on the load channel counted")
     assert a.app[REPLICAS].health.replicas == ["b"]
     assert others_on(a, "plain-0") == 0
+
+
+async def test_with_the_store_killed_a_replica_reads_the_gauges_faster_and_avoids_the_other_s(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    # gauges read once a minute while the other replica is heard: only the outage's faster
+    # pace can show A the request B sends once the store is gone
+    f = await fleet(aiohttp_server, tmp_path, plains=2, time_scale=1.0)
+    load = LoadConfig(interval_s=60.0, unheard_interval_s=0.05, max_age_s=1.0)
+    a, b = [await replica(aiohttp_server, replica_config(f, n, store.url).model_copy(
+        update={"load": load})) for n in ("a", "b")]
+    await eventually(lambda: any(not d["own_share"] for d in a.app[POOL].describe(0.0)),
+                     "A hears B and deals the instances out")
+    assert not a.app[POOL].others_unheard(a.app[DEPS].clock())
+    store.stop(signal.SIGKILL)
+    await eventually(lambda: a.app[POOL].others_unheard(a.app[DEPS].clock()),
+                     "A no longer hears B")
+    async with client(a) as ca, client(b) as cb:
+        first = asyncio.create_task(cb.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: sum(s.serving for s in f.states.values()) == 1,
+                         "B's request is served")
+        busy = next(n for n, s in f.states.items() if s.serving)
+        await eventually(lambda: others_on(a, busy) == 1, "A sees it in the gauges")
+        assert a.app[POOL].runtime(busy).bypass == 1  # from the gauges: the channel is gone
+        second = await ca.chat.completions.with_raw_response.create(**STORY)
+        assert (await first).headers["x-specroute-backend"] == busy
+    assert second.headers["x-specroute-backend"] != busy
+    assert (await readyz(a))["store"]["state"] == "failing"
