@@ -40,7 +40,7 @@ from backends.sse import SSESplitter, event_json, loads_or_none
 Clock = Callable[[], float]
 
 # Headers that describe one hop, not the message (RFC 9110 7.6.1), plus those we recompute.
-_HOP_BY_HOP = frozenset(
+HOP_BY_HOP = frozenset(
     h.lower()
     for h in (
         "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
@@ -49,7 +49,7 @@ _HOP_BY_HOP = frozenset(
 )
 # The proxy sends the body it read, already decoded (aiohttp undoes Content-Encoding), and asks
 # for the backend's bytes as they are.
-_RECODED = frozenset({"accept-encoding", "content-encoding"})
+RECODED = frozenset({"accept-encoding", "content-encoding"})
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # The backend closed the connection before answering (not: refused to connect).
@@ -287,7 +287,7 @@ def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDic
     headers: CIMultiDict[str] = CIMultiDict()
     for key, value in incoming.items():
         lower = key.lower()
-        if lower in _HOP_BY_HOP or lower.startswith("x-specroute-") or lower in _RECODED:
+        if lower in HOP_BY_HOP or lower.startswith("x-specroute-") or lower in RECODED:
             continue
         headers.add(key, value)
     headers["Accept-Encoding"] = "identity"  # relay the backend's bytes as they are
@@ -299,7 +299,7 @@ def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDic
 def _downstream_headers(upstream: Mapping[str, str], extra: Mapping[str, str]) -> CIMultiDict[str]:
     headers: CIMultiDict[str] = CIMultiDict()
     for key, value in upstream.items():
-        if key.lower() not in _HOP_BY_HOP:
+        if key.lower() not in HOP_BY_HOP:
             headers.add(key, value)
     headers.update(extra)
     return headers

@@ -208,19 +208,22 @@ class Proxy:
 
 async def start_proxy(work: Path, name: str, specs: Sequence[BackendSpec], *, store: str = "",
                       tokenizer: bool = False, probe: bool = True,
-                      load: LoadConfig | None = None) -> Proxy:
+                      load: LoadConfig | None = None, pass_on: bool = True) -> Proxy:
     """`specroute serve` in its own process, returned once /readyz answers (and, with a store,
-    once the store is reached)."""
+    once the store is reached). With a store and `pass_on`, its `replicas.url` is set: the
+    replicas pass a request for a free instance in another's share to that replica."""
+    port = free_port()
     config = Config(
         backends=list(specs), policy=str(work / "policy.yaml"), tokenizer=tokenizer,
         classifier="default", log=LogConfig(path=str(work / f"{name}.jsonl")),
         learn=LearnConfig(interval_s=0),
         supervisor=SupervisorConfig(log_dir=str(work / f"{name}-backends"), startup_probe=probe),
-        replicas=ReplicasConfig(store=store, id=name), load=load or LoadConfig(),
+        replicas=ReplicasConfig(store=store, id=name,
+                                url=f"http://127.0.0.1:{port}" if store and pass_on else ""),
+        load=load or LoadConfig(),
     )
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(config.model_dump(mode="json")), encoding="utf-8")  # JSON is YAML
-    port = free_port()
     process = spawn([sys.executable, "-m", "router", "serve", "--config", str(path),
                      "--port", str(port)], work / f"{name}.stderr")
     proxy = Proxy(name, port, process, work / f"{name}.jsonl")
@@ -404,7 +407,8 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
     try:
         for name in ("a", "b"):  # one after the other: their startup probes do not collide
             proxies.append(await start_proxy(work, name, bench.specs, store=store.url,
-                                             load=bench.load_config))
+                                             load=bench.load_config,
+                                             pass_on=not bench.args.no_pass_on))
         nginx, port = await start_nginx(bench.nginx, work / "nginx",
                                         [p.port for p in proxies], balance="")
         if kill:
@@ -684,7 +688,8 @@ async def capacity(args: argparse.Namespace, work: Path, nginx: str) -> tuple[st
                              url=f"http://127.0.0.1:{up_port}") for p in ("mtp", "plain")]
         store = await asyncio.to_thread(start_redis)
         replicas = [await start_proxy(work, f"r{i}", specs, store=store.url, tokenizer=True,
-                                      probe=False) for i in range(2)]
+                                      probe=False, pass_on=not args.no_pass_on)
+                    for i in range(2)]
         processes += [r.process for r in replicas]
         fronts = {}
         for n in (1, 2):
@@ -818,6 +823,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how often each specroute reads the engines' queue gauges "
                              "(load.interval_s; the default is the shipped one)")
     parser.add_argument("--skip-kill", action="store_true", help="no run with the store killed")
+    parser.add_argument("--no-pass-on", action="store_true",
+                        help="replicas without replicas.url: a request for a free instance in "
+                        "another's share is sent, not passed to its owner (the comparison)")
     parser.add_argument("--skip-routing", action="store_true", help="capacity only")
     parser.add_argument("--skip-capacity", action="store_true", help="routing only")
     parser.add_argument("--capacity-clients", type=int, default=32,

@@ -111,6 +111,12 @@ class ReplicasConfig(_Strict):
         "no longer counts)"
     )
     timeout_s: float = Field(0.5, gt=0, description="a store call slower than this has failed")
+    url: str = Field(
+        "", pattern=r"^$|^https?://[^/]+$",
+        description="where the other replicas reach this one (http://host:port); set, a "
+        "request whose best instance is in another replica's share goes through that replica, "
+        "which alone sends to its share and so knows its load exactly ('': never forwarded)"
+    )
 
 
 class Config(_Strict):

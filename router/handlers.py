@@ -20,7 +20,7 @@ from aiohttp import web
 from backends.engines import adapter_for
 from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
-from router import spec_counters, state
+from router import peers, spec_counters, state
 from router.errors import RequestError, error_response
 from router.exchange import account, plan_for, route_headers
 from router.online import pace_status
@@ -95,6 +95,16 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     raw = await read_body(request)
     plan = plan_for(app, endpoint, raw, request.headers, started)
     primary = plan.decision.backend
+    link = app.get(state.REPLICAS)
+    if link is not None and primary:
+        peer = peers.peer_for(pool.owner(primary), link.replica, link.peer_urls,
+                              request.headers, plan.decision.queue_ms)
+        if peer and link.passed_on.usable(peer, started):
+            relayed = await peers.relay(request, app[state.SESSION], peer, raw, link.replica)
+            if relayed is not None:
+                link.passed_on.taken(peer)
+                return relayed
+            link.passed_on.not_taken_by(peer, deps.clock())
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
     config = app[state.CONFIG]

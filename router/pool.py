@@ -112,6 +112,7 @@ class BackendPool:
         self._me = ""  # this replica's id, once it shares the instances with others
         self._everyone: list[str] = []  # the replicas the shares were dealt among
         self._own = frozenset(self._backends)  # its share: all of them while alone
+        self._owner: dict[str, str] = {}  # instance -> the replica whose share it is in
         self.contention = Contention()
         # backend -> the named pools it belongs to (config.yaml `pools`)
         self._pools = {
@@ -214,6 +215,15 @@ class BackendPool:
         profiles = [b.spec.profile for b in self._backends.values()]
         self._own = share(names, profiles, position, replicas)
         self._tie_rank = ranks(names, self._own)
+        self._owner = {name: replica for i, replica in enumerate(self._everyone)
+                       for name in share(names, profiles, i, replicas)}
+
+    def owner(self, name: str) -> str:
+        """The replica whose share `name` is in, as last dealt ("" while alone)."""
+        return self._owner.get(name, "")
+
+    def own_share(self) -> frozenset[str]:
+        return self._own
 
     def lost_others(self) -> None:
         """The channel that told the other replicas' work broke: what it last told stops

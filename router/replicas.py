@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
+from router.peers import PassedOn
 from router.pool import ReplicaLoad
 from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
 
@@ -118,6 +119,9 @@ class ReplicaLink:
         self._echo: tuple[bytes, float] | None = None  # the last load published, and when
         # how long a publication takes to reach the replicas (its own echo on the channel)
         self.channel_latency_s = 0.0
+        self.url = ""  # where the others reach this replica, published with its load
+        self.peer_urls: dict[str, str] = {}  # the others' urls, as they published them
+        self.passed_on = PassedOn()
         self.health = StoreHealth(replica)
         self._timeout_s = timeout_s
         self._client = aioredis.Redis.from_url(
@@ -212,7 +216,10 @@ class ReplicaLink:
         """This replica's requests in flight, to every replica now (PUBLISH) and to one that
         starts listening later (a key expiring after `ttl_s`: a replica that stopped publishing
         stops counting)."""
-        text = json.dumps({"replica": self.replica, "work": work}, separators=(",", ":"))
+        message: dict[str, Any] = {"replica": self.replica, "work": work}
+        if self.url:
+            message["url"] = self.url
+        text = json.dumps(message, separators=(",", ":"))
         key = self._load_prefix + self.replica
 
         if self._clock is not None:
@@ -290,6 +297,12 @@ class ReplicaLink:
         entry = load_entry(value)
         if entry is None:
             self.health.bad_entries += 1
+            return None
+        url = json.loads(value).get("url")
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            self.peer_urls[entry[0]] = url
+        else:
+            self.peer_urls.pop(entry[0], None)
         return entry
 
     # --- conversations ----------------------------------------------------------------------
@@ -412,6 +425,7 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
         return
     link = ReplicaLink(config.replicas.store, replica_id(config), config.replicas.namespace,
                        config.replicas.timeout_s, clock=app[DEPS].clock)
+    link.url = config.replicas.url
     app[REPLICAS] = link
     app[POOL].share_with(link.replica)
     loops = [_sums_loop(app, link), _turns_loop(app, link),

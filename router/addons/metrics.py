@@ -115,6 +115,10 @@ class Metrics:
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "
             "come back on the store's channel (recent highs)", namespace=ns, registry=reg)
+        self.passed_on = Counter(
+            "replica_passed_on", "Requests this replica passed to the replica whose share held "
+            "their instance: answered there, or not taken (sent from here)",
+            ["result"], namespace=ns, registry=reg)
         self.gauge_scrapes_dropped = Counter(
             "gauge_scrapes_dropped", "Engine queue-gauge scrapes ignored (failed, slow, or lying)",
             ["backend"], namespace=ns, registry=reg)
@@ -191,6 +195,7 @@ class MetricsAddon(Addon):
         self._restarts_seen: dict[str, int] = {}
         self._reloads_seen = {"ok": 0, "failed": 0}
         self._store_failures_seen = 0
+        self._passed_on_seen: dict[str, int] = {}
         self._dropped_seen: dict[str, int] = {}
 
     def add_routes(self, app: web.Application) -> None:
@@ -248,3 +253,8 @@ class MetricsAddon(Addon):
             metrics.store_replicas.set(len(health.replicas))
             metrics.collision_risk.set(pool.contention.risk())
             metrics.channel_latency.set(link.channel_latency_s)
+            for result, total in (("answered", link.passed_on.answered),
+                                  ("not_taken", link.passed_on.not_taken)):
+                metrics.passed_on.labels(result=result).inc(
+                    total - self._passed_on_seen.get(result, 0))
+                self._passed_on_seen[result] = total

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
+from backends.local.redisserver import RedisServer, redis_binary, start_redis
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from decisionlog.records import RouteRecord
@@ -131,3 +133,16 @@ async def start_stack(
 @pytest.fixture
 async def stack(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[Stack]:
     yield await start_stack(aiohttp_server, tmp_path)
+
+
+@pytest.fixture
+def store() -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 and a free port, no persistence, stopped by PID."""
+    if redis_binary() is None:
+        reason = "redis-server is not installed (apt-get install redis-server; .ci/run does)"
+        if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
+            pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
+        pytest.skip(reason)
+    server = start_redis()
+    yield server
+    server.stop()

@@ -219,6 +219,19 @@ def test_the_shares_follow_the_replicas_heard_from() -> None:
     assert [s.tie_rank for s in pool.states(5.0)] == [0, 1, 2, 3]
 
 
+def test_each_instance_has_one_owner_and_both_replicas_agree_on_it() -> None:
+    first, second = _sharing("a", "b"), _sharing("b", "a")
+    owners = {name: first.owner(name) for name in first.names}
+    assert owners == {"mtp-0": "a", "plain-0": "a", "mtp-1": "b", "plain-1": "b"}
+    assert {name: second.owner(name) for name in second.names} == owners
+    assert first.own_share() == {"mtp-0", "plain-0"}
+    assert second.own_share() == {"mtp-1", "plain-1"}
+    first.refresh_shares(5.0)  # b not heard from since: a is alone and owns nothing apart
+    assert all(first.owner(name) == "a" for name in first.names)
+    alone = BackendPool(_two_pairs())
+    assert alone.owner("mtp-0") == ""  # no replicas at all
+
+
 def test_others_unheard_while_sharing_once_none_is_heard_within_max_age() -> None:
     alone = BackendPool(_two_pairs(), load_max_age_s=1.0)
     assert not alone.others_unheard(0.0)  # one process: nobody to hear

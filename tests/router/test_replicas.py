@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -24,7 +22,7 @@ import openai
 import pytest
 import redis
 
-from backends.local.redisserver import RedisServer, redis_binary, start_redis
+from backends.local.redisserver import RedisServer, start_redis
 from backends.local.simulator import SimState, create_sim_app
 from backends.spec import BackendSpec
 from backends.stats import parse_sample
@@ -38,18 +36,6 @@ from router.state import DEPS, ONLINE, POLICY, POOL, REPLICAS, Deps
 from tests.router.conftest import ListSink, ServerFactory, gb10_policy
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def store() -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        reason = "redis-server is not installed (apt-get install redis-server; .ci/run does)"
-        if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
-            pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
-        pytest.skip(reason)
-    server = start_redis()
-    yield server
-    server.stop()
 
 
 @dataclass
