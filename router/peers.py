@@ -5,9 +5,9 @@ request then waits a whole service time). The hop costs a proxy's overhead, a fe
 instance with work queued is no such race: the request is sent from here, as before.
 
 The owner plans the request again with what it knows (its own share exactly) and never passes
-it on (`VIA` marks it): one hop at most. A peer that cannot be reached or answers that it cannot serve is skipped,
-and not tried again for PEER_RETRY_S: the request goes straight to the instances, as with no
-peer.
+it on (`VIA` marks it): one hop at most. A peer that cannot be reached, or answers that it
+cannot serve, is skipped and not tried again for PEER_RETRY_S: the request goes straight to
+the instances, as with no peer.
 """
 
 from __future__ import annotations

@@ -222,9 +222,6 @@ class BackendPool:
         """The replica whose share `name` is in, as last dealt ("" while alone)."""
         return self._owner.get(name, "")
 
-    def own_share(self) -> frozenset[str]:
-        return self._own
-
     def lost_others(self) -> None:
         """The channel that told the other replicas' work broke: what it last told stops
         counting at once (those requests end unheard; the engines' gauges show them from their

@@ -298,12 +298,12 @@ class ReplicaLink:
         if entry is None:
             self.health.bad_entries += 1
             return None
-        url = json.loads(value).get("url")
-        if isinstance(url, str) and url.startswith(("http://", "https://")):
-            self.peer_urls[entry[0]] = url
+        name, work, url = entry
+        if url and name != self.replica:
+            self.peer_urls[name] = url
         else:
-            self.peer_urls.pop(entry[0], None)
-        return entry
+            self.peer_urls.pop(name, None)
+        return name, work
 
     # --- conversations ----------------------------------------------------------------------
 
@@ -385,9 +385,10 @@ def _entry_ms(entry_id: Any) -> int:
         return 0
 
 
-def load_entry(value: Any) -> tuple[str, ReplicaLoad] | None:
-    """One replica's published work: its name and, per instance, (predicted ms, elapsed ms)
-    per request; None for anything else (the whole entry: a part of it would undercount)."""
+def load_entry(value: Any) -> tuple[str, ReplicaLoad, str] | None:
+    """One replica's published work: its name, per instance (predicted ms, elapsed ms) per
+    request, and where it takes requests passed on ("" when it named no http(s) url); None for
+    anything else (the whole entry: a part of it would undercount)."""
     try:
         data = json.loads(value)
     except (ValueError, TypeError):
@@ -405,7 +406,9 @@ def load_entry(value: Any) -> tuple[str, ReplicaLoad] | None:
         if any(pair is None for pair in pairs):
             return None
         parsed[str(backend)] = [pair for pair in pairs if pair is not None]
-    return data["replica"], parsed
+    url = data.get("url")
+    peer = url if isinstance(url, str) and url.startswith(("http://", "https://")) else ""
+    return data["replica"], parsed, peer
 
 
 def _request(item: Any) -> tuple[float, float] | None:
