@@ -21,7 +21,7 @@ from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, learned_path_for, paces
-from router import handlers
+from router import handlers, peer_load
 from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
@@ -31,6 +31,7 @@ from router.errors import openai_errors
 from router.learning import background_learner
 from router.online import OnlineModel
 from router.pace_probe import measured_notes, probe_records
+from router.peer_load import peer_streams
 from router.pool import BackendPool
 from router.replicas import replica_id, replicas
 from router.scoring import ScorerHolder
@@ -94,7 +95,9 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app.cleanup_ctx.append(background_learner)
     app.cleanup_ctx.append(engine_gauges)
     app.cleanup_ctx.append(replicas)
+    app.cleanup_ctx.append(peer_streams)  # after replicas: it follows their link
     handlers.add_routes(app)
+    peer_load.add_routes(app)
     metrics = MetricsAddon(admin_token=config.admin.token)
     install(app, [metrics, DashboardAddon(admin_token=config.admin.token)])
     app[SINKS].extend(deps.sinks)

@@ -107,7 +107,7 @@ class BackendPool:
         self._retry_after_s = retry_after_s
         self._load_max_age_s = load_max_age_s
         self._tickets = count(1)
-        self._on_change: Callable[[], None] | None = None
+        self._watchers: list[Callable[[], None]] = []
         self._tie_rank = {name: i for i, name in enumerate(self._backends)}
         self._me = ""  # this replica's id, once it shares the instances with others
         self._everyone: list[str] = []  # the replicas the shares were dealt among
@@ -222,13 +222,15 @@ class BackendPool:
         """The replica whose share `name` is in, as last dealt ("" while alone)."""
         return self._owner.get(name, "")
 
-    def lost_others(self) -> None:
-        """The channel that told the other replicas' work broke: what it last told stops
-        counting at once (those requests end unheard; the engines' gauges show them from their
-        next read), and the shares stay as dealt (the others are unheard, not gone)."""
+    def lost_others(self, replica: str = "") -> None:
+        """The channel that told the other replicas' work broke (or, with `replica`, the stream
+        from that one): what it last told stops counting at once (those requests end unheard;
+        the engines' gauges show them from their next read), and the shares stay as dealt (the
+        others are unheard, not gone)."""
         for backend in self._backends.values():
-            for work in backend.replicas.values():
-                work.at = -math.inf
+            for name, work in backend.replicas.items():
+                if not replica or name == replica:
+                    work.at = -math.inf
             backend.blind.clear()  # whether they met the others' requests can no longer be told
 
     def others_unheard(self, now: float) -> bool:
@@ -251,9 +253,15 @@ class BackendPool:
         return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]
                 for name, b in self._backends.items() if b.running}
 
-    def watch(self, on_change: Callable[[], None]) -> None:
-        """Call `on_change` whenever this replica's own in-flight work changes."""
-        self._on_change = on_change
+    def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """Call `on_change` whenever this replica's own in-flight work changes; returns what
+        stops it (the store's publisher watches for good, each peer's stream while it lasts)."""
+        self._watchers.append(on_change)
+        return lambda: self._watchers.remove(on_change)
+
+    def _changed(self) -> None:
+        for on_change in self._watchers:
+            on_change()
 
     def default_order(self, default: str, now: float) -> list[str]:
         """Where a request that is not routed goes: the default backend, then the healthy
@@ -308,8 +316,7 @@ class BackendPool:
                 backend.typical_ms = (predicted_ms if backend.typical_ms <= 0 else
                                       backend.typical_ms + TYPICAL_WEIGHT
                                       * (predicted_ms - backend.typical_ms))
-            if self._on_change is not None:
-                self._on_change()
+            self._changed()
         return ticket
 
     def end(self, name: str, ticket: int = 0) -> None:
@@ -319,8 +326,7 @@ class BackendPool:
             backend.running.pop(ticket, None)
             if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
                 self.contention.observe(collided=False)
-            if self._on_change is not None:
-                self._on_change()
+            self._changed()
 
     def describe(self, now: float) -> list[dict[str, object]]:
         return [

@@ -122,6 +122,10 @@ class ReplicaLink:
         self.url = ""  # where the others reach this replica, published with its load
         self.peer_urls: dict[str, str] = {}  # the others' urls, as they published them
         self.passed_on = PassedOn()
+        # whether the store's load channel is subscribed (router/peer_load follows the others
+        # straight from them while it is not), and an event each time that changes
+        self.channel_up = False
+        self.channel_changed = asyncio.Event()
         self.health = StoreHealth(replica)
         self._timeout_s = timeout_s
         self._client = aioredis.Redis.from_url(
@@ -216,10 +220,7 @@ class ReplicaLink:
         """This replica's requests in flight, to every replica now (PUBLISH) and to one that
         starts listening later (a key expiring after `ttl_s`: a replica that stopped publishing
         stops counting)."""
-        message: dict[str, Any] = {"replica": self.replica, "work": work}
-        if self.url:
-            message["url"] = self.url
-        text = json.dumps(message, separators=(",", ":"))
+        text = self.load_message(work)
         key = self._load_prefix + self.replica
 
         if self._clock is not None:
@@ -233,6 +234,13 @@ class ReplicaLink:
                 return await pipe.execute()
 
         return await self._call("publish load", all_three) is not None
+
+    def load_message(self, work: ReplicaLoad) -> str:
+        """This replica's work as it tells it, on the store's channel or a peer's stream."""
+        message: dict[str, Any] = {"replica": self.replica, "work": work}
+        if self.url:
+            message["url"] = self.url
+        return json.dumps(message, separators=(",", ":"))
 
     async def others_load(self) -> dict[str, ReplicaLoad] | None:
         """The other replicas' work as last published (expired ones are gone)."""
@@ -250,7 +258,7 @@ class ReplicaLink:
             return None
         found: dict[str, ReplicaLoad] = {}
         for name, value in zip(others, values, strict=True):
-            entry = self._load_entry(value) if value is not None else None
+            entry = self.read_load(value) if value is not None else None
             if entry is not None and entry[0] == name:
                 found[name] = entry[1]
         return found
@@ -259,7 +267,8 @@ class ReplicaLink:
                           lost: Callable[[], None]) -> None:
         """Apply other replicas' work as they publish it (within a few ms of a request's start
         or end). On (re)subscribing, the work they published before is read first. When the
-        channel breaks, `lost`: what it told is no longer kept current."""
+        channel breaks, `lost`: what it told is no longer kept current (once: while the store
+        stays down, router/peer_load hears the others from them)."""
         while True:
             pubsub = self._reader.pubsub(ignore_subscribe_messages=True)
             try:
@@ -267,22 +276,32 @@ class ReplicaLink:
                     await pubsub.subscribe(self._load_channel)
                 for name, work in (await self.others_load() or {}).items():
                     apply(name, work)
+                self._channel(up=True)
                 while True:
                     message = await pubsub.get_message(timeout=TURNS_BLOCK_S)
                     data = None if message is None else message.get("data")
-                    entry = None if data is None else self._load_entry(data)
+                    entry = None if data is None else self.read_load(data)
                     if entry is not None and entry[0] != self.replica:
                         apply(*entry)
                     elif entry is not None:
                         self._heard_own(data)
             except STORE_ERRORS as exc:
                 self.health.failed("replicas' load", exc)
-                lost()
+                # once per outage: a retry that fails must not drop what the peers have told
+                # straight since (router/peer_load)
+                if self.channel_up:
+                    self._channel(up=False)
+                    lost()
                 await asyncio.sleep(retry_s)
             finally:
                 with contextlib.suppress(*STORE_ERRORS):
                     async with asyncio.timeout(self._timeout_s):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _channel(self, up: bool) -> None:
+        if up != self.channel_up:
+            self.channel_up = up
+            self.channel_changed.set()
 
     def _heard_own(self, data: Any) -> None:
         """This replica's own publication came back: the channel's latency, as the others see
@@ -293,7 +312,8 @@ class ReplicaLink:
         self.channel_latency_s = max(latency, self.channel_latency_s * (1.0 - LATENCY_DECAY))
         self._echo = None
 
-    def _load_entry(self, value: Any) -> tuple[str, ReplicaLoad] | None:
+    def read_load(self, value: Any) -> tuple[str, ReplicaLoad] | None:
+        """Another replica's message of its work (its url noted), None when unreadable."""
         entry = load_entry(value)
         if entry is None:
             self.health.bad_entries += 1
@@ -435,7 +455,7 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
                                config.replicas.sync_interval_s),
              _load_loop(app, link),
-             link.follow_load(_load_applier(app, link), config.replicas.load_interval_s,
+             link.follow_load(load_applier(app, link), config.replicas.load_interval_s,
                               app[POOL].lost_others)]
     tasks = [asyncio.create_task(loop) for loop in loops]
     log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
@@ -489,7 +509,7 @@ async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
                 await changed.wait()
 
 
-def _load_applier(app: web.Application, link: ReplicaLink) -> LoadApplier:
+def load_applier(app: web.Application, link: ReplicaLink) -> LoadApplier:
     pool, deps = app[POOL], app[DEPS]
 
     def apply(replica: str, work: ReplicaLoad) -> None:

@@ -1,0 +1,172 @@
+"""While the store's channel is down, the replicas hear each other's load from each other.
+
+Real `redis-server`, real replicas in front of simulated engines, the gauges read once a minute
+(outage or not): only the replicas' streams to each other can show A the request B sends once
+the store is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from backends.local.redisserver import RedisServer, start_redis
+from router.app import create_app
+from router.config import LoadConfig
+from router.peer_load import PATH, STREAMS
+from router.state import DEPS, POOL, REPLICAS, Deps
+from tests.router.conftest import ListSink, ServerFactory
+from tests.router.test_replicas import (
+    STORY,
+    Fleet,
+    client,
+    eventually,
+    fleet,
+    free_port,
+    others_on,
+    replica_config,
+)
+
+# the gauges: read at start, then not for a minute, with the store down too
+STALE_GAUGES = LoadConfig(interval_s=60.0, unheard_interval_s=60.0, max_age_s=1.0)
+
+
+async def reachable(aiohttp_server: ServerFactory, f: Fleet, name: str, store_url: str) -> Any:
+    """A replica that publishes where the others reach it."""
+    port = free_port()
+    config = replica_config(f, name, store_url, url=f"http://127.0.0.1:{port}").model_copy(
+        update={"load": STALE_GAUGES})
+    return await aiohttp_server(create_app(config, deps=Deps(
+        sinks=(ListSink(),), explore=False, record_interval_s=0.0)), port=port)
+
+
+async def outage(store: RedisServer, *replicas: Any) -> None:
+    """Both replicas know where the other is, then the store is killed."""
+    await eventually(lambda: all(r.app[REPLICAS].peer_urls for r in replicas),
+                     "each knows where the other is")
+    store.stop(signal.SIGKILL)
+    await eventually(lambda: not any(r.app[REPLICAS].channel_up for r in replicas),
+                     "the channel is down")
+
+
+async def test_with_the_store_killed_a_replica_hears_the_other_s_request_from_it(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2, time_scale=1.0)
+    a = await reachable(aiohttp_server, f, "a", store.url)
+    b = await reachable(aiohttp_server, f, "b", store.url)
+    await outage(store, a, b)
+    await eventually(lambda: len(b.app[STREAMS]) == 1, "B streams its load to A")
+    await eventually(lambda: not a.app[POOL].others_unheard(a.app[DEPS].clock()),
+                     "A hears B again, without the store")
+    async with client(a) as ca, client(b) as cb:
+        first = asyncio.create_task(cb.chat.completions.with_raw_response.create(**STORY))
+        await eventually(lambda: sum(s.serving for s in f.states.values()) == 1,
+                         "B's request is served")
+        busy = next(n for n, s in f.states.items() if s.serving)
+        await eventually(lambda: others_on(a, busy) == 1, "A hears of it from B")
+        assert a.app[POOL].runtime(busy).bypass == 0  # told by B, not read from the gauges
+        second = await ca.chat.completions.with_raw_response.create(**STORY)
+        assert (await first).headers["x-specroute-backend"] == busy
+        await eventually(lambda: others_on(a, busy) == 0, "and of its end")
+    assert second.headers["x-specroute-backend"] != busy
+
+
+async def test_the_streams_end_when_the_store_is_back(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    a = await reachable(aiohttp_server, f, "a", store.url)
+    b = await reachable(aiohttp_server, f, "b", store.url)
+    await outage(store, a, b)
+    await eventually(lambda: len(a.app[STREAMS]) == len(b.app[STREAMS]) == 1,
+                     "each streams its load to the other")
+    restarted = start_redis(store.port)
+    try:
+        await eventually(lambda: a.app[REPLICAS].channel_up and b.app[REPLICAS].channel_up,
+                         "the channel is back", seconds=10.0)
+        await eventually(lambda: not a.app[STREAMS] and not b.app[STREAMS],
+                         "one source again: the store's")
+        assert not a.app[POOL].others_unheard(a.app[DEPS].clock())
+    finally:
+        restarted.stop()
+
+
+async def test_a_peer_s_stream_that_breaks_stops_counting_at_once(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    a = await reachable(aiohttp_server, f, "a", store.url)
+    streams: list[int] = []
+
+    async def peer(request: web.Request) -> web.StreamResponse:
+        """Replica b: one request on plain-0, its stream broken 0.3 s later, then unable."""
+        streams.append(1)
+        if len(streams) > 1:
+            return web.Response(status=503)
+        response = web.StreamResponse()
+        await response.prepare(request)
+        told = {"replica": "b", "work": {"plain-0": [[5000, 0]]},
+                "url": f"http://127.0.0.1:{request.url.port}"}
+        await response.write(json.dumps(told).encode() + b"\n")
+        await asyncio.sleep(0.3)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    fake = web.Application()
+    fake.router.add_get(PATH, peer)
+    b = await aiohttp_server(fake)
+    link = a.app[REPLICAS]
+    await eventually(lambda: link.health.state == "ok", "A follows the store")
+    link.peer_urls["b"] = f"http://127.0.0.1:{b.port}"
+    store.stop(signal.SIGKILL)
+    await eventually(lambda: others_on(a, "plain-0") == 1, "A hears b's request from b")
+    await eventually(lambda: len(streams) > 1, "b's stream broke", seconds=1.0)
+    # at once: well before it would expire (load.max_age_s, 1 s after b's message)
+    await eventually(lambda: others_on(a, "plain-0") == 0, "what b told stops counting",
+                     seconds=0.3)
+
+
+async def test_a_peer_s_garbage_is_not_believed(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    a = await reachable(aiohttp_server, f, "a", store.url)
+    bad = [b"not json", json.dumps({"replica": "b", "work": {"plain-0": [[1, -5]]}}).encode(),
+           json.dumps({"replica": "b", "work": {"plain-0": "many"}}).encode()]
+
+    async def liar(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for line in bad:
+            await response.write(line + b"\n")
+        good = {"replica": "b", "work": {}, "url": f"http://127.0.0.1:{request.url.port}"}
+        await response.write(json.dumps(good).encode() + b"\n")
+        await asyncio.sleep(30)  # bounded: the test ends first
+        return response
+
+    fake = web.Application()
+    fake.router.add_get(PATH, liar)
+    b = await aiohttp_server(fake)
+    link = a.app[REPLICAS]
+    link.peer_urls["b"] = f"http://127.0.0.1:{b.port}"
+    await eventually(lambda: link.health.state == "ok", "A follows the store")
+    store.stop(signal.SIGKILL)
+    await eventually(lambda: link.health.bad_entries >= len(bad), "garbage counted")
+    await eventually(lambda: not a.app[POOL].others_unheard(a.app[DEPS].clock()),
+                     "the good message heard")
+    assert others_on(a, "plain-0") == 0  # nothing of the garbage counts
+
+
+async def test_the_stream_is_only_served_by_replicas_that_share_a_store(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    alone = await aiohttp_server(create_app(replica_config(f, "alone", store_url=""),
+                                            deps=Deps(sinks=(ListSink(),))))
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{alone.port}{PATH}") as response:
+        assert response.status == 404
+        assert (await response.json())["error"]["code"] == "not_found"
