@@ -1,15 +1,16 @@
-"""While the store's channel is down, the replicas hear each other's load straight from each
-other.
+"""The replicas hear each other's load straight from each other, the store's channel where
+they cannot.
 
-The channel tells every replica each request's start and end within a few ms. Without it the
-engines' gauges, read every `load.unheard_interval_s`, are all a replica sees of the others'
-requests: too stale at a few clients a replica to see an instance freed a moment ago, so a
-request queues behind a nearly done one while the other replica's instance is free
-(bench.replicas, store killed: 0.94-0.96 x the run without). The replicas already know where
-each other is (the `replicas.url` each publishes with its load, to be passed requests): while
-the channel is down, each one reads the others' work on a stream from each (GET `PATH`, one
-line per message, the channel's own), so the store's absence costs no freshness. Only while the
-channel is down: one source at a time tells a replica's work, never two in two orders.
+The channel tells every replica each request's start and end, through the store: two hops and
+the store's own turn. Where it is down, the engines' gauges, read every
+`load.unheard_interval_s`, are all a replica sees of the others' requests: too stale at a few
+clients a replica to see an instance freed a moment ago, so a request queues behind a nearly
+done one while the other replica's instance is free (bench.replicas, store killed: 0.94-0.96 x
+the run without). The replicas already know where each other is (the `replicas.url` each
+publishes with its load, to be passed requests): each reads the others' work on a stream from
+each (GET `PATH`, one line per message, the channel's own), one hop, with or without the store.
+A replica heard on its stream is not also taken from the channel (one source at a time tells a
+replica's work, never two in two orders); one that cannot be reached is heard on the channel.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import structlog
 from aiohttp import web
 
 from router.errors import error_response
-from router.peers import PEER_CONNECT_S
+from router.peers import PEER_CONNECT_S, PEER_RETRY_S
 from router.replicas import LoadApplier, ReplicaLink, load_applier
 from router.state import CONFIG, DEPS, POOL, REPLICAS, SESSION
 
@@ -97,21 +98,14 @@ async def peer_streams(app: web.Application) -> AsyncIterator[None]:
 
 
 async def follow_peers(app: web.Application, link: ReplicaLink, apply: LoadApplier) -> None:
-    """While the store's channel is down, a stream from each replica whose url it published;
-    ended as soon as the channel is back (its first message reads every replica's work)."""
+    """A stream from each replica whose url it published (new ones looked for this often)."""
     interval = app[CONFIG].replicas.load_interval_s
     followed: dict[str, asyncio.Task[None]] = {}
     try:
         while True:
-            wanted = set() if link.channel_up else set(link.peer_urls.values())
-            for url in set(followed) - wanted:
-                followed.pop(url).cancel()
-            for url in wanted - set(followed):
+            for url in set(link.peer_urls.values()) - set(followed):
                 followed[url] = asyncio.create_task(_follow(app, link, url, apply))
-            link.channel_changed.clear()
-            with contextlib.suppress(TimeoutError):  # and now and then: new peers' urls
-                async with asyncio.timeout(interval):
-                    await link.channel_changed.wait()
+            await asyncio.sleep(interval)
     finally:
         for task in followed.values():
             task.cancel()
@@ -119,33 +113,41 @@ async def follow_peers(app: web.Application, link: ReplicaLink, apply: LoadAppli
 
 
 async def _follow(app: web.Application, link: ReplicaLink, url: str, apply: LoadApplier) -> None:
-    """One peer's stream, again after a pause when it breaks; when it breaks, what it told of
-    that replica stops counting at once, as when the channel breaks."""
+    """One peer's stream, again after a pause when it breaks (longer while it keeps failing:
+    a replica that is gone leaves its url behind). When it breaks, what it told of that replica
+    stops counting at once, as when the channel breaks, and the channel tells it again."""
     config, pool = app[CONFIG], app[POOL]
     # the peer writes at least every load_interval_s: silence for load.max_age_s is a dead peer
     timeout = aiohttp.ClientTimeout(total=None, connect=PEER_CONNECT_S,
                                     sock_connect=PEER_CONNECT_S,
                                     sock_read=max(config.load.max_age_s,
                                                   2 * config.replicas.load_interval_s))
+    pause = config.replicas.load_interval_s
     while True:
-        heard = ""
+        heard, error = "", ""
         try:
             async with app[SESSION].get(
                     url + PATH, timeout=timeout, allow_redirects=False) as response:
                 if response.status != 200:
                     raise ValueError(f"answered {response.status}")
-                log.info("replica_load_direct", replica=link.replica, peer=url)
                 async for line in _lines(response.content):
                     entry = link.read_load(line)
                     if entry is not None and entry[0] != link.replica:
+                        if not heard:
+                            log.info("replica_load_direct", replica=link.replica, peer=url)
                         heard = entry[0]
+                        link.direct.add(heard)
                         apply(*entry)
         except _STREAM_ERRORS as exc:
-            log.info("replica_load_direct_lost", replica=link.replica, peer=url,
-                     error=type(exc).__name__)
+            error = type(exc).__name__
         if heard:
+            link.direct.discard(heard)
             pool.lost_others(heard)
-        await asyncio.sleep(config.replicas.load_interval_s)
+            log.info("replica_load_direct_lost", replica=link.replica, peer=url, error=error)
+            pause = config.replicas.load_interval_s
+        else:
+            pause = min(PEER_RETRY_S, 2 * pause)
+        await asyncio.sleep(pause)
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

@@ -222,14 +222,14 @@ class BackendPool:
         """The replica whose share `name` is in, as last dealt ("" while alone)."""
         return self._owner.get(name, "")
 
-    def lost_others(self, replica: str = "") -> None:
-        """The channel that told the other replicas' work broke (or, with `replica`, the stream
-        from that one): what it last told stops counting at once (those requests end unheard;
-        the engines' gauges show them from their next read), and the shares stay as dealt (the
-        others are unheard, not gone)."""
+    def lost_others(self, replica: str = "", keep: Collection[str] = ()) -> None:
+        """The channel that told the other replicas' work broke (but for those in `keep`, told
+        otherwise), or with `replica` the stream from that one: what it last told stops
+        counting at once (those requests end unheard; the engines' gauges show them from their
+        next read), and the shares stay as dealt (the others are unheard, not gone)."""
         for backend in self._backends.values():
             for name, work in backend.replicas.items():
-                if not replica or name == replica:
+                if (not replica or name == replica) and name not in keep:
                     work.at = -math.inf
             backend.blind.clear()  # whether they met the others' requests can no longer be told
 

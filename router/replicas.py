@@ -122,10 +122,10 @@ class ReplicaLink:
         self.url = ""  # where the others reach this replica, published with its load
         self.peer_urls: dict[str, str] = {}  # the others' urls, as they published them
         self.passed_on = PassedOn()
-        # whether the store's load channel is subscribed (router/peer_load follows the others
-        # straight from them while it is not), and an event each time that changes
-        self.channel_up = False
-        self.channel_changed = asyncio.Event()
+        self.channel_up = False  # whether the store's load channel is subscribed
+        # the replicas whose load is heard straight from them now (router/peer_load): the
+        # channel's messages from them are not taken as well
+        self.direct: set[str] = set()
         self.health = StoreHealth(replica)
         self._timeout_s = timeout_s
         self._client = aioredis.Redis.from_url(
@@ -267,41 +267,36 @@ class ReplicaLink:
                           lost: Callable[[], None]) -> None:
         """Apply other replicas' work as they publish it (within a few ms of a request's start
         or end). On (re)subscribing, the work they published before is read first. When the
-        channel breaks, `lost`: what it told is no longer kept current (once: while the store
-        stays down, router/peer_load hears the others from them)."""
+        channel breaks, `lost`: what it told is no longer kept current. The replicas heard
+        straight from them (router/peer_load) are not taken from it too."""
         while True:
             pubsub = self._reader.pubsub(ignore_subscribe_messages=True)
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await pubsub.subscribe(self._load_channel)
                 for name, work in (await self.others_load() or {}).items():
-                    apply(name, work)
-                self._channel(up=True)
+                    if name not in self.direct:
+                        apply(name, work)
+                self.channel_up = True
                 while True:
                     message = await pubsub.get_message(timeout=TURNS_BLOCK_S)
                     data = None if message is None else message.get("data")
                     entry = None if data is None else self.read_load(data)
                     if entry is not None and entry[0] != self.replica:
-                        apply(*entry)
+                        if entry[0] not in self.direct:
+                            apply(*entry)
                     elif entry is not None:
                         self._heard_own(data)
             except STORE_ERRORS as exc:
                 self.health.failed("replicas' load", exc)
-                # once per outage: a retry that fails must not drop what the peers have told
-                # straight since (router/peer_load)
-                if self.channel_up:
-                    self._channel(up=False)
+                if self.channel_up:  # once per outage: a failed retry has nothing more to drop
+                    self.channel_up = False
                     lost()
                 await asyncio.sleep(retry_s)
             finally:
                 with contextlib.suppress(*STORE_ERRORS):
                     async with asyncio.timeout(self._timeout_s):
                         await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-    def _channel(self, up: bool) -> None:
-        if up != self.channel_up:
-            self.channel_up = up
-            self.channel_changed.set()
 
     def _heard_own(self, data: Any) -> None:
         """This replica's own publication came back: the channel's latency, as the others see
@@ -456,7 +451,7 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
                                config.replicas.sync_interval_s),
              _load_loop(app, link),
              link.follow_load(load_applier(app, link), config.replicas.load_interval_s,
-                              app[POOL].lost_others)]
+                              functools.partial(app[POOL].lost_others, keep=link.direct))]
     tasks = [asyncio.create_task(loop) for loop in loops]
     log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
              loops=len(tasks))
