@@ -235,7 +235,9 @@ async def healthz(request: web.Request) -> web.Response:
 def _store_status(app: web.Application) -> dict[str, Any]:
     """The shared store's state (router/replicas); `off` for one process."""
     link = app.get(state.REPLICAS)
-    return {"state": "off"} if link is None else link.health.describe()
+    if link is None:
+        return {"state": "off"}
+    return {**link.health.describe(), "load_direct": sorted(link.direct)}
 
 
 async def readyz(request: web.Request) -> web.Response:

@@ -115,6 +115,9 @@ class Metrics:
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "
             "come back on the store's channel (recent highs)", namespace=ns, registry=reg)
+        self.load_direct = Gauge(
+            "replica_load_direct", "Other replicas whose load this one hears on a stream from "
+            "them (router/peer_load), not through the store", namespace=ns, registry=reg)
         self.passed_on = Counter(
             "replica_passed_on", "Requests this replica passed to the replica whose share held "
             "their instance: answered there, or not taken (sent from here)",
@@ -253,6 +256,7 @@ class MetricsAddon(Addon):
             metrics.store_replicas.set(len(health.replicas))
             metrics.collision_risk.set(pool.contention.risk())
             metrics.channel_latency.set(link.channel_latency_s)
+            metrics.load_direct.set(len(link.direct))
             for result, total in (("answered", link.passed_on.answered),
                                   ("not_taken", link.passed_on.not_taken)):
                 metrics.passed_on.labels(result=result).inc(

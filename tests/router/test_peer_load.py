@@ -31,6 +31,7 @@ from tests.router.test_replicas import (
     fleet,
     free_port,
     others_on,
+    readyz,
     replica_config,
 )
 
@@ -94,6 +95,10 @@ async def test_a_replica_heard_from_its_stream_is_not_also_taken_from_the_channe
         seen.append(others_on(a, "plain-0"))
     assert a.app[REPLICAS].channel_up
     assert seen == [0] * 10  # one source at a time: B's own stream
+    assert (await readyz(a))["store"]["load_direct"] == ["b"]
+    async with aiohttp.ClientSession() as session, session.get(
+            f"http://127.0.0.1:{a.port}/metrics") as response:
+        assert "specroute_replica_load_direct 1.0" in await response.text()
 
 
 async def test_a_peer_s_stream_that_breaks_stops_counting_at_once(
