@@ -71,7 +71,7 @@ async def serve_load(request: web.Request) -> web.StreamResponse:
                 async with asyncio.timeout(interval):
                     await changed.wait()
     except _CLIENT_GONE:
-        pass  # the peer left (its channel is back, or it stopped)
+        pass  # the peer left (it stopped, or its end of the stream broke)
     finally:
         unwatch()
         if task is not None:
