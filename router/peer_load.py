@@ -60,6 +60,8 @@ async def serve_load(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     changed = asyncio.Event()
     unwatch = pool.watch(changed.set)
+    peer = request.query.get("replica", "")
+    link.listeners[peer] += 1  # it hears each change here: the channel need not tell it
     task = asyncio.current_task()
     if task is not None:
         app[STREAMS].add(task)
@@ -74,6 +76,7 @@ async def serve_load(request: web.Request) -> web.StreamResponse:
         pass  # the peer left (it stopped, or its end of the stream broke)
     finally:
         unwatch()
+        link.listeners[peer] -= 1
         if task is not None:
             app[STREAMS].discard(task)
     return response
@@ -127,7 +130,8 @@ async def _follow(app: web.Application, link: ReplicaLink, url: str, apply: Load
         heard, error = "", ""
         try:
             async with app[SESSION].get(
-                    url + PATH, timeout=timeout, allow_redirects=False) as response:
+                    url + PATH, params={"replica": link.replica}, timeout=timeout,
+                    allow_redirects=False) as response:
                 if response.status != 200:
                     raise ValueError(f"answered {response.status}")
                 async for line in _lines(response.content):

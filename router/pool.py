@@ -218,6 +218,10 @@ class BackendPool:
         self._owner = {name: replica for i, replica in enumerate(self._everyone)
                        for name in share(names, profiles, i, replicas)}
 
+    def others(self) -> list[str]:
+        """The other replicas the shares were last dealt among."""
+        return [replica for replica in self._everyone if replica != self._me]
+
     def owner(self, name: str) -> str:
         """The replica whose share `name` is in, as last dealt ("" while alone)."""
         return self._owner.get(name, "")

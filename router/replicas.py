@@ -26,6 +26,7 @@ say the store is failing, and the loops try again every interval, converging whe
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import json
@@ -126,6 +127,8 @@ class ReplicaLink:
         # the replicas whose load is heard straight from them now (router/peer_load): the
         # channel's messages from them are not taken as well
         self.direct: set[str] = set()
+        # the replicas that follow this one's stream now, by name (router/peer_load)
+        self.listeners: collections.Counter[str] = collections.Counter()
         self.health = StoreHealth(replica)
         self._timeout_s = timeout_s
         self._client = aioredis.Redis.from_url(
@@ -234,6 +237,11 @@ class ReplicaLink:
                 return await pipe.execute()
 
         return await self._call("publish load", all_three) is not None
+
+    def heard_directly_by(self, others: list[str]) -> bool:
+        """Whether every other replica follows this one's stream: then each change reaches them
+        there, and the channel needs only the heartbeat (for a replica that starts later)."""
+        return bool(others) and all(self.listeners[name] > 0 for name in others)
 
     def load_message(self, work: ReplicaLoad) -> str:
         """This replica's work as it tells it, on the store's channel or a peer's stream."""
@@ -489,7 +497,8 @@ async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
 
 async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
     """Publish this replica's work as soon as it changes (what changes during one publish goes
-    in the next), and every `load_interval_s` anyway (its elapsed times, and its liveness)."""
+    in the next), and every `load_interval_s` anyway (its elapsed times, and its liveness);
+    only the latter while every other replica hears it on its stream (router/peer_load)."""
     config, pool, deps = app[CONFIG], app[POOL], app[DEPS]
     interval = config.replicas.load_interval_s
     changed = asyncio.Event()
@@ -498,6 +507,9 @@ async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
         changed.clear()
         if not await link.publish_load(pool.own_work(deps.clock()), config.load.max_age_s):
             await asyncio.sleep(interval)  # a failing store is tried again, not hammered
+            continue
+        if link.heard_directly_by(pool.others()):
+            await asyncio.sleep(interval)  # each change went to them on their streams
             continue
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(interval):

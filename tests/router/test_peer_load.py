@@ -33,6 +33,7 @@ from tests.router.test_replicas import (
     others_on,
     readyz,
     replica_config,
+    send,
 )
 
 # the gauges: read at start, then not for a minute, with the store down too
@@ -174,3 +175,32 @@ async def test_the_stream_is_only_served_by_replicas_that_share_a_store(
             f"http://127.0.0.1:{alone.port}{PATH}") as response:
         assert response.status == 404
         assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_the_channel_carries_only_the_heartbeat_while_every_replica_hears_the_stream(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path, plains=2)
+    servers = []
+    for name in ("a", "b"):
+        port = free_port()
+        config = replica_config(f, name, store.url, url=f"http://127.0.0.1:{port}")
+        slow = config.replicas.model_copy(update={"load_interval_s": 1.0})  # the heartbeat
+        servers.append(await aiohttp_server(create_app(
+            config.model_copy(update={"replicas": slow, "load": STALE_GAUGES.model_copy(
+                update={"max_age_s": 5.0})}),
+            deps=Deps(sinks=(ListSink(),), explore=False, record_interval_s=0.0)), port=port))
+    a, b = servers
+    await eventually(lambda: a.app[REPLICAS].heard_directly_by(a.app[POOL].others())
+                     and "a" in b.app[REPLICAS].direct, "B follows A's stream")
+    pubsub = redis.Redis.from_url(store.url).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe("t:load")
+    await send(a, 6)  # 12 changes of A's work: each on B's stream, none on the channel
+    assert len(a.app[DEPS].sinks[0].records) == 6  # A sent them all itself
+    await asyncio.sleep(0.5)
+    from_a = 0
+    for _ in range(100):  # bounded: what came in meanwhile (None: nothing, or a confirmation)
+        message = pubsub.get_message(timeout=0.005)
+        if message is not None:
+            from_a += json.loads(message["data"])["replica"] == "a"
+    pubsub.close()
+    assert from_a <= 2  # the heartbeat (1 s) alone
