@@ -30,6 +30,7 @@ from tests.router.test_replicas import (
     eventually,
     fleet,
     free_port,
+    one_in_flight,
     others_on,
     readyz,
     replica_config,
@@ -68,10 +69,7 @@ async def test_with_the_store_killed_a_replica_hears_the_other_s_request_from_it
     await eventually(lambda: not a.app[POOL].others_unheard(a.app[DEPS].clock()),
                      "A hears B again, without the store")
     async with client(a) as ca, client(b) as cb:
-        first = asyncio.create_task(cb.chat.completions.with_raw_response.create(**STORY))
-        await eventually(lambda: sum(s.serving for s in f.states.values()) == 1,
-                         "B's request is served")
-        busy = next(n for n, s in f.states.items() if s.serving)
+        first, busy = await one_in_flight(cb, f)
         await eventually(lambda: others_on(a, busy) == 1, "A hears of it from B")
         assert a.app[POOL].runtime(busy).bypass == 0  # told by B, not read from the gauges
         second = await ca.chat.completions.with_raw_response.create(**STORY)

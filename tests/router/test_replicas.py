@@ -273,6 +273,13 @@ STORY = {"model": "sim-model", "temperature": 0.7,
          "messages": [{"role": "user", "content": "Tell me a story about the sea."}]}
 
 
+async def one_in_flight(c: openai.AsyncOpenAI, f: Fleet) -> tuple[asyncio.Task[Any], str]:
+    """A long request sent through `c`, once an engine serves it: its task and that instance."""
+    first = asyncio.create_task(c.chat.completions.with_raw_response.create(**STORY))
+    await eventually(lambda: sum(s.serving for s in f.states.values()) == 1, "it is served")
+    return first, next(n for n, s in f.states.items() if s.serving)
+
+
 def others_on(server: Any, backend: str) -> int:
     return int(server.app[POOL].others_inflight(backend, server.app[DEPS].clock()))
 
@@ -507,10 +514,7 @@ async def test_with_the_store_killed_a_replica_reads_the_gauges_faster_and_avoid
     await eventually(lambda: a.app[POOL].others_unheard(a.app[DEPS].clock()),
                      "A no longer hears B")
     async with client(a) as ca, client(b) as cb:
-        first = asyncio.create_task(cb.chat.completions.with_raw_response.create(**STORY))
-        await eventually(lambda: sum(s.serving for s in f.states.values()) == 1,
-                         "B's request is served")
-        busy = next(n for n, s in f.states.items() if s.serving)
+        first, busy = await one_in_flight(cb, f)
         await eventually(lambda: others_on(a, busy) == 1, "A sees it in the gauges")
         assert a.app[POOL].runtime(busy).bypass == 1  # from the gauges: the channel is gone
         second = await ca.chat.completions.with_raw_response.create(**STORY)
