@@ -25,7 +25,7 @@ import structlog
 from aiohttp import web
 
 from router.errors import error_response
-from router.peers import PEER_CONNECT_S, PEER_RETRY_S
+from router.peers import CLIENT_GONE, PEER_CONNECT_S, PEER_ERRORS, PEER_RETRY_S
 from router.replicas import LoadApplier, ReplicaLink, load_applier
 from router.state import CONFIG, DEPS, POOL, REPLICAS, SESSION
 
@@ -34,8 +34,7 @@ log = structlog.get_logger("specroute")
 PATH: Final = "/specroute/replica-load"
 # a message longer than this is not a replica's work (the store's limit on it is the same)
 MAX_LINE: Final = 8 * 1024 * 1024
-_STREAM_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError, ValueError)
-_CLIENT_GONE: Final = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+_STREAM_ERRORS: Final = (*PEER_ERRORS, ValueError)  # ValueError: not a stream of messages
 # the streams this replica serves, ended when it shuts down (each would otherwise hold it open)
 STREAMS = web.AppKey("peer_load_streams", set[asyncio.Task[Any]])
 
@@ -72,7 +71,7 @@ async def serve_load(request: web.Request) -> web.StreamResponse:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await changed.wait()
-    except _CLIENT_GONE:
+    except CLIENT_GONE:
         pass  # the peer left (it stopped, or its end of the stream broke)
     finally:
         unwatch()

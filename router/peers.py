@@ -28,8 +28,9 @@ from backends.upstream import HOP_BY_HOP, RECODED
 VIA: Final = "x-specroute-via"
 # what describes one hop, and the encodings (the body goes on decoded, the answer as it comes)
 _HOP: Final = HOP_BY_HOP | RECODED
-_PEER_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError)
-_CLIENT_GONE: Final = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+# a peer that failed, and a client that left (also router/peer_load's, both ways)
+PEER_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError)
+CLIENT_GONE: Final = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # A peer answering these cannot take the request now (not ready, shutting down, overloaded).
 _PEER_UNAVAILABLE: Final = frozenset({502, 503, 504})
 # Replicas of one fleet are a hop apart: one that does not connect within this is away.
@@ -88,7 +89,7 @@ async def relay(request: web.Request, session: aiohttp.ClientSession, url: str, 
         upstream = await session.post(url + request.path_qs, data=body,
                                       headers=_peer_headers(request.headers, me),
                                       timeout=timeout, allow_redirects=False)
-    except _PEER_ERRORS:
+    except PEER_ERRORS:
         return None
     if upstream.status in _PEER_UNAVAILABLE:
         upstream.close()
@@ -98,7 +99,7 @@ async def relay(request: web.Request, session: aiohttp.ClientSession, url: str, 
     try:
         await response.prepare(request)
         await _copy(upstream, response)
-    except _CLIENT_GONE:
+    except CLIENT_GONE:
         pass  # closing the peer's answer below tells it, and its engine, to stop
     finally:
         upstream.close()
@@ -114,7 +115,7 @@ async def _copy(upstream: aiohttp.ClientResponse, response: web.StreamResponse) 
             chunk = await chunks.__anext__()
         except StopAsyncIteration:
             break
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             if upstream.content_type == "text/event-stream":
                 await response.write(error_event(
                     502, f"the replica that served the request broke off: {type(exc).__name__}",
