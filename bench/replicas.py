@@ -7,7 +7,8 @@ and one specroute, and the proxy's own capacity with 1 and 2 replicas, side by s
 
 Routing: 2 simulated pairs (4 instances: `simulator.MACHINES[--machine]`, serial, paced at
 `--time-scale` of real time, in this process, showing llama.cpp's queue gauges on /metrics)
-and in front of them, in turn on the same request sequence (`bench.traffic` mixes) and load:
+and in front of them, in turn on the same request sequence (`bench.traffic` mixes) and load
+(`--rounds` times, the order reversed every other round; the rounds merged are what is judged):
 
 - `least_conn`: Debian's nginx with `least_conn` straight over the 4 instances;
 - `single`: one `specroute serve` process over the 4 (no store);
@@ -159,9 +160,30 @@ class Row:
     union_delta: float = math.nan
     union_n: str = ""
     risks: list[float] = field(default_factory=list)  # each replica's learned collision risk
+    rounds: list[dict[str, Result]] = field(default_factory=list)  # `results` merges them
 
     def ratio(self, ours: str, theirs: str) -> float:
         return self.results[ours].score / self.results[theirs].score
+
+    def ratio_cell(self, ours: str, theirs: str) -> str:
+        """The ratio of the merged rounds, and with several rounds its range over them (what
+        the machine's noise moves it by)."""
+        cell = f"{self.ratio(ours, theirs):.3f}"
+        if len(self.rounds) < 2:
+            return cell
+        each = [r[ours].score / r[theirs].score for r in self.rounds]
+        return f"{cell} ({min(each):.3f}-{max(each):.3f})"
+
+
+def merged(results: Sequence[Result]) -> Result:
+    """One set-up's rounds as one result: closed loop all tokens over all seconds, open loop
+    the mean latency over the rounds (each sends the same requests)."""
+    return Result(results[0].closed, tokens=sum(r.tokens for r in results),
+                  seconds=sum(r.seconds for r in results),
+                  latency_s=statistics.fmean(r.latency_s for r in results),
+                  failures=[f for r in results for f in r.failures],
+                  note="; ".join(dict.fromkeys(r.note for r in results if r.note)),
+                  idle_queued=statistics.fmean(r.idle_queued for r in results))
 
 
 @dataclass
@@ -427,7 +449,8 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
         await asyncio.to_thread(store.stop)
     if statuses:  # the logs are complete once the replicas have stopped
         union = union_status(work / "policy.yaml", [p.log for p in proxies])
-        row.union_delta = max(status_delta(s, union) for s in statuses)
+        delta = max(status_delta(s, union) for s in statuses)  # the worst of the rounds
+        row.union_delta = delta if math.isnan(row.union_delta) else max(row.union_delta, delta)
         row.union_n = (f"{union['observations']} greedy mtp, {union['sampled']['n']} sampled, "
                        f"{union['pace']['plain']['n']} plain")
     return result
@@ -515,13 +538,26 @@ def status_delta(ours: Mapping[str, Any], union: Mapping[str, Any]) -> float:
 
 async def routing_row(bench: Bench, mix: str, requests: Sequence[TrafficRequest], load: Load
                       ) -> Row:
+    """Each set-up in turn, `--rounds` times, the order reversed every other round (a drift
+    in the machine's speed then weighs on each set-up alike)."""
     row = Row(mix, load)
-    row.results["least_conn"] = await drive(bench, bench.lc_url, requests, load)
-    row.results["single"] = await run_single(bench, requests, load)
-    row.results["2 replicas"] = await run_replicas(bench, requests, load, row, kill=False)
-    if not bench.args.skip_kill:
-        row.results["killed"] = await run_replicas(bench, requests, load, row, kill=True)
+    setups = [s for s in SETUPS if s != "killed" or not bench.args.skip_kill]
+    for turn in range(bench.args.rounds):
+        results: dict[str, Result] = {}
+        for setup in setups if turn % 2 == 0 else setups[::-1]:
+            results[setup] = await run_setup(bench, setup, requests, load, row)
+        row.rounds.append(results)
+    row.results = {s: merged([r[s] for r in row.rounds]) for s in setups}
     return row
+
+
+async def run_setup(bench: Bench, setup: str, requests: Sequence[TrafficRequest], load: Load,
+                    row: Row) -> Result:
+    if setup == "least_conn":
+        return await drive(bench, bench.lc_url, requests, load)
+    if setup == "single":
+        return await run_single(bench, requests, load)
+    return await run_replicas(bench, requests, load, row, kill=setup == "killed")
 
 
 def row_checks(row: Row) -> list[Check]:
@@ -553,10 +589,9 @@ def row_checks(row: Row) -> list[Check]:
 def print_row(row: Row) -> None:
     cells = [f"{row.results[s].cell():>13}" if s in row.results else f"{'-':>13}"
              for s in SETUPS]
-    ratios = [f"{row.ratio('2 replicas', 'least_conn'):6.3f}",
-              f"{row.ratio('2 replicas', 'single'):6.3f}"]
+    ratios = [row.ratio_cell("2 replicas", "least_conn"), row.ratio_cell("2 replicas", "single")]
     killed = row.results.get("killed")
-    kill = (f"{row.ratio('killed', '2 replicas'):6.3f} {len(killed.failures):3d} failed "
+    kill = (f"{row.ratio_cell('killed', '2 replicas')} {len(killed.failures):3d} failed "
             f"({killed.note})" if killed is not None else "")
     print(f"  {row.load.name:<10} {' '.join(cells)}   {' '.join(ratios)}  union "
           f"{row.union_delta:.0e}  idle {_idle(row)}  risk {_risks(row)}  {kill}", flush=True)
@@ -583,9 +618,9 @@ def markdown_table(rows: Sequence[Row]) -> str:
         killed = row.results.get("killed")
         cells = [row.mix, row.load.name,
                  *(row.results[s].cell() if s in row.results else "-" for s in SETUPS),
-                 f"{row.ratio('2 replicas', 'least_conn'):.3f}",
-                 f"{row.ratio('2 replicas', 'single'):.3f}",
-                 f"{row.ratio('killed', '2 replicas'):.3f}" if killed else "-",
+                 row.ratio_cell("2 replicas", "least_conn"),
+                 row.ratio_cell("2 replicas", "single"),
+                 row.ratio_cell("killed", "2 replicas") if killed else "-",
                  str(len(killed.failures)) if killed else "-", f"{row.union_delta:.0e}",
                  _idle(row), _risks(row)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -822,6 +857,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load-interval", type=float, default=LoadConfig().interval_s,
                         help="how often each specroute reads the engines' queue gauges "
                              "(load.interval_s; the default is the shipped one)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each set-up per mix and load, alternated; the targets "
+                             "are judged on the rounds merged, each ratio's range is shown")
     parser.add_argument("--skip-kill", action="store_true", help="no run with the store killed")
     parser.add_argument("--no-pass-on", action="store_true",
                         help="replicas without replicas.url: a request for a free instance in "
@@ -840,8 +878,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.skip_routing and args.skip_capacity:
         parser.error("nothing to run")
-    if args.requests < 2 or args.capacity_rounds < 1 or args.capacity_requests < 1:
-        parser.error("--requests >= 2, --capacity-rounds >= 1, --capacity-requests >= 1")
+    if (args.requests < 2 or args.rounds < 1 or args.capacity_rounds < 1
+            or args.capacity_requests < 1):
+        parser.error("--requests >= 2, --rounds >= 1, --capacity-rounds >= 1, "
+                     "--capacity-requests >= 1")
     return asyncio.run(run(args))
 
 
