@@ -52,7 +52,13 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from backends.local.envoy import EnvoyProcess, ensure_envoy, render_config, start_envoy
+from backends.local.envoy import (
+    PICKER_CONFIG,
+    EnvoyProcess,
+    ensure_envoy,
+    render_config,
+    start_envoy,
+)
 from bench.proxy_overhead import (
     ROOT,
     SSE_CHUNKS,
@@ -68,7 +74,7 @@ from bench.proxy_overhead import (
     wait_ready,
 )
 
-ORIGINAL_DST: Final = ROOT / "deploy" / "envoy" / "envoy.yaml"
+ORIGINAL_DST: Final = PICKER_CONFIG
 EXT_PROC: Final = "envoy.filters.http.ext_proc"
 # the size name -> (make_body's kind, streamed)
 CASES: Final = {"1k": ("1k", False), "42k": ("42k", False), "285k": ("285k", False),

