@@ -8,7 +8,7 @@ decision-log record whichever front end took it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
@@ -19,10 +19,14 @@ from router.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
 
 
 def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[str, str],
-             started: float) -> RoutedRequest:
-    """The routing plan for one request, from the app's state now; raises `RequestError`."""
+             started: float, among: Collection[str] | None = None) -> RoutedRequest:
+    """The routing plan for one request, from the app's state now; raises `RequestError`.
+    `among`: the only instances it may go to (a gateway's subset), none outside them."""
     deps, pool, sessions, online = (app[state.DEPS], app[state.POOL], app[state.SESSIONS],
                                     app[state.ONLINE])
+    backends = pool.states(started)
+    if among is not None:
+        backends = [b for b in backends if b.name in among]
     snapshot = app[state.POLICY].snapshot
     incoming = Incoming(
         endpoint, raw, request_id=deps.new_request_id(),
@@ -34,7 +38,7 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
         model=online.model,
         scorer=app[state.SCORER].current,
         count_tokens=app[state.TOKENS],
-        backends=pool.states(started),
+        backends=backends,
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
         arms=online.arms,

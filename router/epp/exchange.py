@@ -63,6 +63,7 @@ class Exchange:
     path: str = ""
     endpoint: str = ""  # the routed API ("chat", ...), "" for a path sent to the default
     headers: dict[str, str] = field(default_factory=dict)
+    subset: frozenset[str] | None = None  # the gateway's subset hint: `ip:port`s, None for any
     body: bytearray = field(default_factory=bytearray)
     plan: RoutedRequest | None = None
     result: ForwardResult | None = None
@@ -76,6 +77,7 @@ class Exchange:
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         kind = message.WhichOneof("request")
         if kind == "request_headers":
+            self.subset = messages.endpoint_subset(message)
             return self._request_headers(message.request_headers)
         if kind == "request_body":
             return self._request_body(message.request_body)
@@ -129,7 +131,8 @@ class Exchange:
         app = self.app
         raw = bytes(self.body)
         try:
-            plan = plan_for(app, self.endpoint, raw, self.headers, self.started)
+            plan = plan_for(app, self.endpoint, raw, self.headers, self.started,
+                            among=self._allowed())
         except RequestError as exc:
             self.done = True
             return [_error(exc.status, exc.message, exc.code, exc.param)]
@@ -153,6 +156,14 @@ class Exchange:
         return [messages.picked(endpoints, set_headers, _OURS),
                 messages.request_body(sent, end_of_stream)]
 
+    def _allowed(self) -> list[str] | None:
+        """The instances the gateway's subset hint names (None: no hint, any instance)."""
+        if self.subset is None:
+            return None
+        pool = self.app[state.POOL]
+        return [name for name in pool.names
+                if endpoint_of(pool.runtime(name).spec.base_url) in self.subset]
+
     def _to_default(self) -> ext_proc.ProcessingResponse:
         app = self.app
         pool, config = app[state.POOL], app[state.CONFIG]
@@ -162,6 +173,12 @@ class Exchange:
         order = pool.default_order(config.default_backend_name, self.started)
         order = order if self.fallbacks else order[:1]
         endpoints = [endpoint_of(t.base_url) for t in pool.targets(order)]
+        if self.subset is not None:
+            endpoints = [e for e in endpoints if e in self.subset]
+            if not endpoints:
+                self.done = True
+                return _error(503, "No instance of the gateway's subset can serve the request.",
+                              "no_backend")
         return messages.picked(endpoints, {}, _OURS)
 
     # --- the answer -------------------------------------------------------------------------

@@ -5,7 +5,9 @@ The Gateway API Inference Extension's endpoint-picker protocol: the chosen insta
 first, go to Envoy as `ip:port[,ip:port...]` in the request header
 `x-gateway-destination-endpoint` and, with the same value, in the dynamic metadata namespace
 `envoy.lb` under the same key; Envoy tells which one served in the response's metadata
-(`x-gateway-destination-endpoint-served`). No instance to send to: an immediate 503.
+(`x-gateway-destination-endpoint-served`). No instance to send to: an immediate 503. A gateway
+may name the only endpoints a request may go to (the subset hint: a list of `ip:port` under
+`x-gateway-destination-endpoint-subset` in the request's metadata `envoy.lb.subset_hint`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 DESTINATION: Final = "x-gateway-destination-endpoint"
 SERVED: Final = "x-gateway-destination-endpoint-served"
+SUBSET: Final = "x-gateway-destination-endpoint-subset"
+SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 LB_NAMESPACE: Final = "envoy.lb"
 FILTER: Final = "envoy.filters.http.ext_proc"  # whose attributes Envoy sends
 UPSTREAM_ADDRESS: Final = "upstream.address"  # deploy/envoy's `response_attributes`
@@ -43,6 +47,24 @@ def served_endpoint(request: ext_proc.ProcessingRequest) -> str:
     if namespace is None or SERVED not in namespace.fields:
         return ""
     return str(namespace.fields[SERVED].string_value)
+
+
+def endpoint_subset(request: ext_proc.ProcessingRequest) -> frozenset[str] | None:
+    """The gateway's subset hint: the `ip:port`s the request may go to, None when it sent none
+    (any instance). A list (the protocol's form) or one comma-separated string; an empty or
+    unreadable hint allows nothing (the protocol: pick from it or answer 503)."""
+    namespace = request.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
+    if namespace is None or SUBSET not in namespace.fields:
+        return None
+    value = namespace.fields[SUBSET]
+    kind = value.WhichOneof("kind")
+    if kind == "list_value":
+        items = [v.string_value for v in value.list_value.values]
+    elif kind == "string_value":
+        items = value.string_value.split(",")
+    else:
+        items = []
+    return frozenset(item.strip() for item in items if item.strip())
 
 
 def envoy_answered(request: ext_proc.ProcessingRequest) -> bool:
