@@ -230,7 +230,8 @@ class Proxy:
 
 async def start_proxy(work: Path, name: str, specs: Sequence[BackendSpec], *, store: str = "",
                       tokenizer: bool = False, probe: bool = True,
-                      load: LoadConfig | None = None, pass_on: bool = True) -> Proxy:
+                      load: LoadConfig | None = None, pass_on: bool = True,
+                      sync_s: float = SYNC_INTERVAL_S) -> Proxy:
     """`specroute serve` in its own process, returned once /readyz answers (and, with a store,
     once the store is reached). With a store and `pass_on`, its `replicas.url` is set: the
     replicas pass a request for a free instance in another's share to that replica."""
@@ -240,7 +241,7 @@ async def start_proxy(work: Path, name: str, specs: Sequence[BackendSpec], *, st
         classifier="default", log=LogConfig(path=str(work / f"{name}.jsonl")),
         learn=LearnConfig(interval_s=0),
         supervisor=SupervisorConfig(log_dir=str(work / f"{name}-backends"), startup_probe=probe),
-        replicas=ReplicasConfig(store=store, id=name,
+        replicas=ReplicasConfig(store=store, id=name, sync_interval_s=sync_s,
                                 url=f"http://127.0.0.1:{port}" if store and pass_on else ""),
         load=load or LoadConfig(),
     )
@@ -430,7 +431,8 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
         for name in ("a", "b"):  # one after the other: their startup probes do not collide
             proxies.append(await start_proxy(work, name, bench.specs, store=store.url,
                                              load=bench.load_config,
-                                             pass_on=not bench.args.no_pass_on))
+                                             pass_on=not bench.args.no_pass_on,
+                                             sync_s=bench.args.sync_interval))
         nginx, port = await start_nginx(bench.nginx, work / "nginx",
                                         [p.port for p in proxies], balance="")
         if kill:
@@ -439,7 +441,7 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
         if killer is not None:
             result.note = _killed_at(killer)
         else:  # two sync rounds: each has published its last sums and read the other's
-            await asyncio.sleep(2 * SYNC_INTERVAL_S + 0.5)
+            await asyncio.sleep(2 * bench.args.sync_interval + 0.5)
             statuses = [await replica_status(p) for p in proxies]
             row.risks = [await collision_risk(p) for p in proxies]
     finally:
@@ -860,6 +862,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of each set-up per mix and load, alternated; the targets "
                              "are judged on the rounds merged, each ratio's range is shown")
+    parser.add_argument("--sync-interval", type=float, default=SYNC_INTERVAL_S,
+                        help="how often each replica publishes its sums and adds the others' "
+                             "(replicas.sync_interval_s; the default is the shipped one)")
     parser.add_argument("--skip-kill", action="store_true", help="no run with the store killed")
     parser.add_argument("--no-pass-on", action="store_true",
                         help="replicas without replicas.url: a request for a free instance in "
