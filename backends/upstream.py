@@ -108,7 +108,6 @@ class ForwardOptions:
     first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
     strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
     strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for
-    keep_text_chars: int = 0  # keep this much generated text for the log (content logging on)
 
     @property
     def added(self) -> Added:

@@ -36,8 +36,7 @@ from router import state
 from router.epp import messages
 from router.errors import RequestError
 from router.exchange import account, plan_for, route_headers
-from router.handlers import ROUTED
-from router.paths import forwardable_path
+from router.paths import ROUTED, forwardable_path
 from router.records import CONTENT_CAP
 from router.routing import RoutedRequest
 from router.upstream_body import upstream_body
