@@ -2,7 +2,9 @@
 itself asked for (the usage chunk of `stream_options.include_usage`, SGLang's `meta_info`).
 
 Pure: a filter of one SSE event, or of one JSON body, given its parsed payload; no I/O. Every
-byte the proxy did not add reaches the client as the engine wrote it.
+byte the proxy did not add reaches the client as the engine wrote it. `client_events` and
+`observed_body` are the one relay step of both front ends (backends/upstream, router/epp): the
+answer read, measured and filtered.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from backends.jsonedit import drop_member
-from backends.measure import is_usage_only
+from backends.measure import StreamMeter, is_usage_only
+from backends.sse import SSESplitter, event_json, loads_or_none
 
 _META_INFO_ARRAYS: Final = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
 
@@ -39,6 +42,28 @@ def client_body(body: bytes, payload: object, added: Added) -> bytes:
     if added.meta_info and has_meta_info(payload):
         return without_meta_info(body, payload)
     return body
+
+
+def client_events(splitter: SSESplitter, chunk: bytes, meter: StreamMeter, added: Added,
+                  now: float) -> bytes:
+    """The events `chunk` completes, each measured, as the client gets them (an event cut
+    short waits in `splitter` for its end)."""
+    kept = []
+    for raw in splitter.feed(chunk):
+        payload = event_json(raw)
+        meter.observe(payload, now)
+        event = client_event(raw, payload, added)
+        if event is not None:
+            kept.append(event)
+    return b"".join(kept)
+
+
+def observed_body(body: bytes, content_type: str, meter: StreamMeter, added: Added,
+                  now: float) -> bytes:
+    """A whole non-stream answer, measured (when it says it is JSON), as the client gets it."""
+    payload = loads_or_none(body) if "json" in content_type else None
+    meter.observe(payload, now)
+    return client_body(body, payload, added)
 
 
 def has_meta_info(payload: object) -> bool:

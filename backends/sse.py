@@ -44,6 +44,11 @@ class SSESplitter:
         return rest
 
 
+def is_event_stream(content_type: str) -> bool:
+    """Whether a Content-Type (its parameters, if any, included) names an SSE stream."""
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
 def event_data(raw: bytes) -> bytes | None:
     """The joined `data:` lines of one event, or None for comments and data-less events."""
     lines = [line for line in raw.splitlines() if line.startswith(b"data:")]

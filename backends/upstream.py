@@ -32,10 +32,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from backends.client_view import Added, client_body, client_event
+from backends.client_view import Added, client_events, observed_body
 from backends.measure import StreamMeter
 from backends.openai_error import error_body, error_event
-from backends.sse import SSESplitter, event_json, loads_or_none
+from backends.sse import SSESplitter, is_event_stream
 
 Clock = Callable[[], float]
 
@@ -50,6 +50,8 @@ HOP_BY_HOP = frozenset(
 # The proxy sends the body it read, already decoded (aiohttp undoes Content-Encoding), and asks
 # for the backend's bytes as they are.
 RECODED = frozenset({"accept-encoding", "content-encoding"})
+# The client's words to specroute (`x-specroute-route`, ...): never the engine's business.
+OURS_PREFIX = "x-specroute-"
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 # The backend closed the connection before answering (not: refused to connect).
@@ -80,6 +82,25 @@ class ForwardResult:
     client_disconnected: bool = False
     sent_at: float | None = None  # when the first attempt left the proxy
 
+    def trying(self, target: Target) -> None:
+        self.backend, self.profile = target.name, target.profile
+
+    def passed(self, why: str) -> None:
+        """The target being tried could not serve it (before the first byte): the next one is
+        tried, and the caller marks this one failed (`failover_from`)."""
+        self.failover_from.append(self.backend)
+        self.error = f"{self.backend}: {why}"
+        self.backend = self.profile = ""
+
+    def took(self, status: int) -> None:
+        """The target being tried answered with `status`: its answer is the request's."""
+        self.status = status
+        self.error = ""
+
+    def broke(self, why: str) -> None:
+        """The answer broke off after its first bytes: an upstream failure, not the client's."""
+        self.error = f"{self.backend}: stream broke: {why}"
+
 
 @dataclass(frozen=True, slots=True)
 class ForwardOptions:
@@ -87,7 +108,6 @@ class ForwardOptions:
     first_byte_timeout_s: float = 0.0  # 0: wait forever (prefills can take minutes)
     strip_usage: bool = False  # drop the include_usage chunk the proxy asked for
     strip_meta_info: bool = False  # drop the SGLang meta_info the proxy asked for
-    keep_text_chars: int = 0  # keep this much generated text for the log (content logging on)
 
     @property
     def added(self) -> Added:
@@ -124,15 +144,12 @@ async def forward(
         last = index == len(targets) - 1
         if result.sent_at is None:
             result.sent_at = clock()
-        result.backend, result.profile = target.name, target.profile  # being tried
+        result.trying(target)
         upstream, first, error = await _open(request, session, target, path, body, options, last)
         if upstream is None:
-            result.backend = result.profile = ""
-            result.failover_from.append(target.name)
-            result.error = f"{target.name}: {error}"
+            result.passed(error)
             continue
-        result.status = upstream.status
-        result.error = ""
+        result.took(upstream.status)
         try:
             extra = response_headers(result) if response_headers is not None else {}
             response = await _relay(request, upstream, first, result, clock, options, extra,
@@ -212,11 +229,12 @@ async def _relay(
         arrived = clock()
         if answered is not None:  # read whole by `_open`
             await answered()
-        # Parsed before sending only when the client's bytes depend on it (a meta_info to drop);
+        # Read before sending only when the client's bytes depend on it (a meta_info to drop);
         # otherwise the answer leaves first and is measured after.
         parsed_first = options.strip_meta_info
-        payload = _json_or_none(first, upstream) if parsed_first else None
-        body = client_body(first, payload, options.added) if parsed_first else first
+        kind = upstream.content_type
+        body = (observed_body(first, kind, result.meter, options.added, arrived) if parsed_first
+                else first)
         whole = web.Response(body=body, status=upstream.status, headers=headers)
         try:  # sent here, so that the caller's bookkeeping runs after the client has it
             await whole.prepare(request)
@@ -224,7 +242,8 @@ async def _relay(
         except _CLIENT_GONE:
             result.client_disconnected = True
         finally:
-            result.meter.observe(payload if parsed_first else _json_or_none(first, upstream), arrived)
+            if not parsed_first:
+                observed_body(first, kind, result.meter, options.added, arrived)
         return whole
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
@@ -247,20 +266,13 @@ async def _relay_events(
     splitter = SSESplitter()
     chunk = first
     while chunk:
-        now = clock()
-        kept = []
-        for raw in splitter.feed(chunk):
-            payload = event_json(raw)
-            result.meter.observe(payload, now)
-            event = client_event(raw, payload, options.added)
-            if event is not None:
-                kept.append(event)
+        kept = client_events(splitter, chunk, result.meter, options.added, clock())
         if kept:  # one write per upstream read: the events arrived together
-            await response.write(b"".join(kept))
+            await response.write(kept)
         try:
             chunk = await upstream.content.readany()
         except _UPSTREAM_ERRORS as exc:
-            result.error = f"{result.backend}: stream broke: {_describe(exc)}"
+            result.broke(_describe(exc))
             await response.write(error_event(502, result.error, code="backend_failed"))
             return
     if answered is not None:
@@ -283,16 +295,27 @@ def _connect_timeout(seconds: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds)
 
 
+def withheld(name: str) -> bool:
+    """Whether a client's request header (lower case) stays out of the engine's request: it
+    describes this hop, is said to specroute, or is an encoding the proxy undoes or sets."""
+    return name in HOP_BY_HOP or name.startswith(OURS_PREFIX) or name in RECODED
+
+
+def engine_headers(api_key: str) -> dict[str, str]:
+    """What every request to an engine carries in place of the client's: the engine's bytes
+    as they are (no compression), and the instance's own key."""
+    headers = {"Accept-Encoding": "identity"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
 def _upstream_headers(incoming: Mapping[str, str], target: Target) -> CIMultiDict[str]:
     headers: CIMultiDict[str] = CIMultiDict()
     for key, value in incoming.items():
-        lower = key.lower()
-        if lower in HOP_BY_HOP or lower.startswith("x-specroute-") or lower in RECODED:
-            continue
-        headers.add(key, value)
-    headers["Accept-Encoding"] = "identity"  # relay the backend's bytes as they are
-    if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key}"
+        if not withheld(key.lower()):
+            headers.add(key, value)
+    headers.update(engine_headers(target.api_key))
     return headers
 
 
@@ -306,13 +329,7 @@ def _downstream_headers(upstream: Mapping[str, str], extra: Mapping[str, str]) -
 
 
 def _is_sse(upstream: aiohttp.ClientResponse) -> bool:
-    return upstream.content_type == "text/event-stream"
-
-
-def _json_or_none(body: bytes, upstream: aiohttp.ClientResponse) -> object:
-    if "json" not in upstream.content_type:
-        return None
-    return loads_or_none(body)
+    return is_event_stream(upstream.content_type)
 
 
 def _all_failed(result: ForwardResult) -> web.Response:

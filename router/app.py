@@ -65,8 +65,8 @@ TOKEN_CACHE: Final = 4096
 
 def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     deps = deps or Deps()
-    max_body = int(config.limits.max_body_mb * 2**20)
-    app = web.Application(middlewares=[openai_errors], client_max_size=max_body)
+    app = web.Application(middlewares=[openai_errors],
+                          client_max_size=config.limits.max_body_bytes)
     # replicas on one host share the policy's directory: each learns into its own file
     learned = (learned_path_for(config.policy, replica_id(config)) if config.replicas.store
                else None)

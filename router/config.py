@@ -41,6 +41,11 @@ class Limits(_Strict):
         0.0, ge=0, description="wait for a backend's first byte (0: forever; prefills are long)"
     )
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body accepted, decoded, in bytes (both front ends)."""
+        return int(self.max_body_mb * 2**20)
+
 
 class SupervisorConfig(_Strict):
     log_dir: str = Field("logs/backends", description="stdout/stderr of launched backends")

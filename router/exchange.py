@@ -1,21 +1,31 @@
 """One routed request's two ends, shared by both front ends (the HTTP proxy, router/handlers,
 and the Envoy endpoint picker, router/epp): the plan made from the request's bytes and headers
-against the app's state, and the bookkeeping once its answer has left (pool, conversations,
-the shared store, the record). One code path: a request gets the same decision and the same
-decision-log record whichever front end took it.
+against the app's state, its start on the way out (`send_begins`), and the bookkeeping once its
+answer has left (`settle_and_account`: the engine's counters, pool, conversations, the shared
+store, the record). One code path: a request gets the same decision and the same decision-log
+record whichever front end took it. And `GET /v1/models`, which both answer themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Collection, Mapping
+import json
+from collections.abc import Collection, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
 
+from backends.measure import StreamMeter
 from backends.upstream import ForwardResult
-from router import state
-from router.records import record_for
+from router import spec_counters, state
+from router.errors import RequestError
+from router.records import CONTENT_CAP, record_for
 from router.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
+
+MODELS_TIMEOUT_S: Final = 10.0
 
 
 def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[str, str],
@@ -46,6 +56,28 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
         tools_memo=app[state.TOOLS_MEMO],
         ask_memo=app[state.ASK_MEMO],
     ))
+
+
+@dataclass(slots=True)
+class Sending:
+    """A routed request on its way: what it has done so far, the primary's ticket in the pool,
+    and the engine's counters read before it left (None: not watched)."""
+
+    result: ForwardResult
+    ticket: int
+    counters: spec_counters.CounterWatch | None
+
+
+async def send_begins(app: web.Application, plan: RoutedRequest, started: float) -> Sending:
+    """The request leaves for its primary: the speculative counters of an idle mtp instance
+    whose answers carry no draft stats read first (before this request counts as its work)."""
+    primary = plan.decision.backend
+    counters = (await spec_counters.watch(app, primary) if spec_counters.wanted(app, primary)
+                else None)
+    keep = CONTENT_CAP if app[state.CONFIG].log.content else 0
+    result = ForwardResult(meter=StreamMeter(started_at=started, text_cap=keep))
+    ticket = app[state.POOL].begin(primary, plan.decision.service_ms, started)
+    return Sending(result, ticket, counters)
 
 
 def route_headers(plan: RoutedRequest, result: ForwardResult, started: float) -> dict[str, str]:
@@ -86,3 +118,61 @@ def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
         record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,
     ))
+
+
+async def settle_and_account(app: web.Application, plan: RoutedRequest, sending: Sending,
+                             started: float) -> None:
+    """`account`, after folding in the counters' difference when they were watched (an await:
+    shielded, so that a client hanging up now loses no record)."""
+    if sending.counters is None:
+        account(app, plan, sending.result, started)
+    else:
+        await _shielded(app, _settle(app, plan, sending, started, sending.counters))
+
+
+async def _settle(app: web.Application, plan: RoutedRequest, sending: Sending, started: float,
+                  counters: spec_counters.CounterWatch) -> None:
+    result = sending.result
+    if not result.client_disconnected:
+        await spec_counters.settle(app, counters, result.backend, result.meter)
+    account(app, plan, result, started)
+
+
+async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to the end even if the caller is cancelled meanwhile."""
+    task = asyncio.ensure_future(work)
+    pending = app[state.TASKS]
+    pending.add(task)
+    task.add_done_callback(pending.discard)
+    await asyncio.shield(task)
+
+
+async def models_listing(app: web.Application) -> dict[str, Any]:
+    """`GET /v1/models`: the union of the healthy instances' models, first seen wins, no
+    duplicates; a 502 `RequestError` when none answered."""
+    pool, session = app[state.POOL], app[state.SESSION]
+    now = app[state.DEPS].clock()
+    targets = pool.targets([s.name for s in pool.states(now) if s.healthy])
+    listings = await asyncio.gather(*(_list_models(session, t.base_url, t.api_key) for t in targets))
+    merged: dict[str, dict[str, Any]] = {}
+    for listing in listings:
+        for model in listing:
+            merged.setdefault(str(model.get("id")), model)
+    if not merged and not any(listings):
+        raise RequestError(502, "No backend answered GET /v1/models.", code="all_backends_failed")
+    return {"object": "list", "data": list(merged.values())}
+
+
+async def _list_models(session: aiohttp.ClientSession, base_url: str, api_key: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with session.get(
+            base_url.rstrip("/") + "/v1/models", headers=headers,
+            timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S),
+        ) as response:
+            if response.status != 200:
+                return []
+            data = json.loads(await response.read()).get("data")
+    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
+        return []
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []

@@ -10,33 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import Coroutine
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from backends.engines import adapter_for
 from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
-from router import peers, spec_counters, state
-from router.errors import RequestError, error_response
-from router.exchange import account, plan_for, route_headers
+from router import peers, state
+from router.errors import RequestError, method_not_allowed, unreadable_body
+from router.exchange import (
+    models_listing,
+    plan_for,
+    route_headers,
+    send_begins,
+    settle_and_account,
+)
 from router.online import pace_status
 from router.openapi import openapi_document
-from router.paths import forwardable_path
-from router.records import CONTENT_CAP
-from router.routing import RoutedRequest
+from router.paths import ALLOWED_METHODS, MODELS, ROUTED, forwardable_path
 from router.upstream_body import upstream_body
 
-ROUTED = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/messages": "messages",
-    "/v1/responses": "responses",
-}
-MODELS_TIMEOUT_S = 10.0
 # /readyz re-probes backends not probed within this long, waiting at most READYZ_WAIT_S: with no
 # traffic, a dead backend shows on /readyz at once rather than at the next periodic probe.
 READYZ_MAX_AGE_S = 1.0
@@ -46,9 +40,9 @@ READYZ_WAIT_S = 1.0
 def add_routes(app: web.Application) -> None:
     for path, endpoint in ROUTED.items():
         app.router.add_post(path, _routed_handler(endpoint))
-        app.router.add_route("*", path, _method_not_allowed("POST"))
-    app.router.add_get("/v1/models", models)
-    app.router.add_route("*", "/v1/models", _method_not_allowed("GET, HEAD"))
+    app.router.add_get(MODELS, models)
+    for path, allow in ALLOWED_METHODS.items():
+        app.router.add_route("*", path, _method_not_allowed(allow))
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -57,12 +51,7 @@ def add_routes(app: web.Application) -> None:
 
 def _method_not_allowed(allow: str) -> Any:
     async def handler(request: web.Request) -> web.StreamResponse:
-        response = error_response(
-            405, f"{request.method} is not allowed on {request.path}; use {allow}.",
-            code="method_not_allowed",
-        )
-        response.headers["Allow"] = allow
-        return response
+        raise method_not_allowed(request.method, request.path, allow)
 
     return handler
 
@@ -74,11 +63,8 @@ async def read_body(request: web.Request) -> bytes:
         return await request.read()
     except web.RequestPayloadError as exc:
         cause = exc.__cause__ or exc.__context__
-        kind = type(cause).__name__ if cause is not None else "payload error"
-        raise RequestError(
-            400, f"The request body could not be read as declared by its headers ({kind}).",
-            code="invalid_body_encoding",
-        ) from exc
+        raise unreadable_body(type(cause).__name__ if cause is not None else "payload error") \
+            from exc
 
 
 def _routed_handler(endpoint: str) -> Any:
@@ -113,13 +99,10 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         first_byte_timeout_s=config.limits.first_byte_timeout_s,
         strip_usage=tweaked.added_usage,
         strip_meta_info=tweaked.added_meta_info,
-        keep_text_chars=CONTENT_CAP if config.log.content else 0,
     )
-    counters = await spec_counters.watch(app, primary) if spec_counters.wanted(app, primary) else None
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
-    result = ForwardResult(meter=StreamMeter(started_at=started,
-                                             text_cap=options.keep_text_chars))
-    ticket = pool.begin(primary, plan.decision.service_ms, started)
+    sending = await send_begins(app, plan, started)
+    result = sending.result
     ended = False
 
     async def answered() -> None:
@@ -127,7 +110,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         # request (through one of them); the yield lets the publisher send it first.
         nonlocal ended
         ended = True
-        pool.end(primary, ticket)
+        pool.end(primary, sending.ticket)
         await asyncio.sleep(0)
 
     try:
@@ -141,63 +124,12 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         raise
     finally:
         if not ended:
-            pool.end(primary, ticket)
-        if counters is None:
-            account(app, plan, result, started)
-        else:  # an await: shielded, so that a client hanging up now loses no record
-            await _shielded(app, _settle_and_account(app, plan, result, started, counters))
-
-
-async def _settle_and_account(
-    app: web.Application,
-    plan: RoutedRequest,
-    result: ForwardResult,
-    started: float,
-    counters: spec_counters.CounterWatch,
-) -> None:
-    if not result.client_disconnected:
-        await spec_counters.settle(app, counters, result.backend, result.meter)
-    account(app, plan, result, started)
-
-
-async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` to the end even if the handler is cancelled meanwhile."""
-    task = asyncio.ensure_future(work)
-    pending = app[state.TASKS]
-    pending.add(task)
-    task.add_done_callback(pending.discard)
-    await asyncio.shield(task)
+            pool.end(primary, sending.ticket)
+        await settle_and_account(app, plan, sending, started)
 
 
 async def models(request: web.Request) -> web.Response:
-    """The union of the healthy backends' models, first seen wins, no duplicates."""
-    app = request.app
-    pool, session = app[state.POOL], app[state.SESSION]
-    now = app[state.DEPS].clock()
-    targets = pool.targets([s.name for s in pool.states(now) if s.healthy])
-    listings = await asyncio.gather(*(_list_models(session, t.base_url, t.api_key) for t in targets))
-    merged: dict[str, dict[str, Any]] = {}
-    for listing in listings:
-        for model in listing:
-            merged.setdefault(str(model.get("id")), model)
-    if not merged and not any(listings):
-        return error_response(502, "No backend answered GET /v1/models.", code="all_backends_failed")
-    return web.json_response({"object": "list", "data": list(merged.values())})
-
-
-async def _list_models(session: aiohttp.ClientSession, base_url: str, api_key: str) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with session.get(
-            base_url.rstrip("/") + "/v1/models", headers=headers,
-            timeout=aiohttp.ClientTimeout(total=MODELS_TIMEOUT_S),
-        ) as response:
-            if response.status != 200:
-                return []
-            data = json.loads(await response.read()).get("data")
-    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
-        return []
-    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    return web.json_response(await models_listing(request.app))
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:

@@ -18,40 +18,19 @@ import signal
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from http import HTTPStatus
-from typing import Any, Final
+from typing import Any
 
 import structlog
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from router.errors import error_response
+from router.errors import error_response, parse_error, phrase_code
 
 # Another server run beside the app, for as long as it runs (router/epp's gRPC server).
 Beside = Callable[[web.Application], AbstractAsyncContextManager[Any]]
 
 log = structlog.get_logger("specroute")
-
-_CODES: Final = {400: "bad_request", 413: "request_too_large", 431: "headers_too_large"}
-
-
-def describe_parse_error(exc: BaseException | None) -> str:
-    """What was wrong, in words of our own: never the offending bytes."""
-    if isinstance(exc, LineTooLong):
-        return "A request line or header is longer than the server accepts."
-    if isinstance(exc, HttpProcessingError):
-        return f"The HTTP request could not be parsed ({type(exc).__name__})."
-    return "The HTTP request could not be parsed."
-
-
-def _phrase_code(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase.lower().replace(" ", "_")
-    except ValueError:  # a status without a standard phrase
-        return "bad_request" if status < 500 else "internal"
-
 
 class _ProxyRequestHandler(RequestHandler):
     __slots__ = ()
@@ -65,14 +44,14 @@ class _ProxyRequestHandler(RequestHandler):
     ) -> web.StreamResponse:
         if status >= 500:  # not the client's fault: keep the trace for the operator
             log.error("http_error", status=status, error=type(exc).__name__, exc_info=exc)
-            text = "Internal error in specroute; see its log."
+            text, code = "Internal error in specroute; see its log.", phrase_code(status)
         else:
             log.warning("bad_http_request", status=status, error=type(exc).__name__,
                         peer=request.remote)
-            text = describe_parse_error(exc)
+            refused = parse_error(status, exc)
+            text, code = refused.message, refused.code
         if request.writer.output_size > 0:  # bytes went out already: nothing else can be sent
             raise ConnectionError("response already started; cannot send the error")
-        code = _CODES.get(status) or _phrase_code(status)
         response = error_response(status, text, code=code)
         response.force_close()
         return response

@@ -10,7 +10,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -355,6 +355,12 @@ def chunked_json_app(pieces: list[bytes],
             await asyncio.sleep(0.01)
         await response.write_eof()
         return response
+
+    return engine_app(chat)
+
+
+def engine_app(chat: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.Application:
+    """An engine double: `chat` answers chat completions, and it is always healthy."""
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -1,0 +1,250 @@
+"""`specroute epp` behind the real Envoy 1.40, side by side with proxy mode where the two must
+agree: the engines' counters read around a request, the proxy's own answers (a method a path
+does not take, an encoded or too large body, `GET /v1/models`), the headers an engine gets; and
+what the picker records of instances passed and of an answer that broke off."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
+from backends.local.simulator import Fault, SimState, create_sim_app
+from backends.spec import BackendSpec
+from router.app import create_app
+from router.config import Limits
+from router.epp import messages
+from router.epp.exchange import Exchange, endpoint_of
+from router.state import DEPS, POOL, Deps
+from tests.router.conftest import ListSink, ServerFactory
+from tests.router.epp.test_picker import (
+    ASKS,
+    TIMEOUT,
+    Engines,
+    chat,
+    config_for,
+    engine_app,
+    first_record,
+    picker_front,
+    post,
+    proxy_front,
+)
+
+TECHNICAL = chat({"messages": [{"role": "user", "content": "Explain how a B-tree keeps itself "
+                                "balanced, in technical detail."}], "temperature": 0})
+
+
+async def sim_engines(aiohttp_server: ServerFactory, engine: str = "llamacpp",
+                      **mtp: Any) -> Engines:
+    states = {"mtp-0": SimState(profile="mtp", acceptance={"technical": 0.8}, **mtp),
+              "plain-0": SimState(profile="plain", model="plain-model")}
+    servers = {name: await aiohttp_server(create_sim_app(s)) for name, s in states.items()}
+    specs = [BackendSpec(name=name, engine=engine, profile=s.profile,
+                         url=f"http://127.0.0.1:{servers[name].port}")
+             for name, s in states.items()]
+    return Engines(states, servers, specs)
+
+
+async def test_an_engine_with_counters_only_gets_its_acceptance_read_as_in_proxy_mode(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # vLLM without its per-request flag: the draft stats are only in /metrics' counters
+    e = await sim_engines(aiohttp_server, engine="vllm", stats="prometheus")
+    mtp = e.states["mtp-0"]
+    proxy = await proxy_front(aiohttp_server, tmp_path, e)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        for front in (proxy, picker):
+            before = mtp.drafted_total, mtp.accepted_total
+            status, headers, _ = await post(front.url + "/chat/completions", TECHNICAL)
+            assert status == 200 and headers["x-specroute-backend"] == "mtp-0"
+            await first_record(front.sink)
+            outcome = front.sink.records[0].outcome
+            assert outcome.spec_source == "prometheus"
+            assert (outcome.draft_n, outcome.draft_accepted) == (
+                mtp.drafted_total - before[0], mtp.accepted_total - before[1])
+            assert outcome.draft_n and outcome.draft_n > 0
+
+
+def gzipped(body: dict[str, Any]) -> bytes:
+    return gzip.compress(json.dumps(body).encode())
+
+
+# (method, path, body, request headers): what the proxy answers itself, or reads decoded
+ASKED: list[tuple[str, str, bytes, dict[str, str]]] = [
+    ("GET", "/chat/completions", b"", {}),
+    ("PUT", "/messages", b"{}", {}),
+    ("POST", "/models", b"{}", {}),
+    ("POST", "/chat/completions", gzipped(chat(ASKS[1])), {"Content-Encoding": "gzip"}),
+    ("POST", "/chat/completions", b"not gzip at all", {"Content-Encoding": "gzip"}),
+    # its trailer cut off: aiohttp reads what is there
+    ("POST", "/chat/completions", gzipped(chat(ASKS[1]))[:-8], {"Content-Encoding": "gzip"}),
+    ("POST", "/chat/completions", gzip.compress(b" " * 5000), {"Content-Encoding": "gzip"}),
+    ("POST", "/chat/completions", b" " * 5000, {}),
+    ("GET", "/models", b"", {}),
+]
+
+
+async def send(url: str, method: str, body: bytes,
+               headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as session, session.request(
+            method, url, data=body or None,
+            headers={"Content-Type": "application/json", **headers}) as response:
+        return (response.status, {k.lower(): v for k, v in response.headers.items()},
+                json.loads(await response.read()))
+
+
+async def test_the_proxy_s_own_answers_are_the_picker_s(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    e = await sim_engines(aiohttp_server)
+    small = {"limits": Limits(max_body_mb=4000 / 2**20)}  # 4,000 bytes
+    proxy = await proxy_front(aiohttp_server, tmp_path, e, **small)
+    async with picker_front(aiohttp_server, tmp_path, e, **small) as picker:
+        for method, path, body, headers in ASKED:
+            by_proxy = await send(proxy.url + path, method, body, headers)
+            by_picker = await send(picker.url + path, method, body, headers)
+            case = (method, path, body[:20], headers)
+            assert by_picker[0] == by_proxy[0], case
+            assert by_picker[1].get("allow") == by_proxy[1].get("allow"), case
+            if by_proxy[0] == 200 and path == "/chat/completions":
+                assert by_picker[1]["x-specroute-backend"] == by_proxy[1]["x-specroute-backend"]
+                assert by_picker[2]["choices"] == by_proxy[2]["choices"], case
+            else:
+                assert by_picker[2] == by_proxy[2], case
+    models = {m["id"] for m in by_proxy[2]["data"]}
+    assert models == {"sim-model", "plain-model"}  # every instance's list, not the default's
+    # the gzip asks read as the proxy read them: the whole one and the one cut short, each twice
+    assert [r["body"]["messages"] for r in e.states["plain-0"].received] == (
+        [chat(ASKS[1])["messages"]] * 4)
+
+
+def gzipping_engine(seen: list[dict[str, str]]) -> web.Application:
+    """An engine that compresses its answer when the request lets it, and notes its headers."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        seen.append({k.lower(): v for k, v in request.headers.items()})
+        response = web.json_response({
+            "id": "x", "object": "chat.completion", "choices": [
+                {"index": 0, "finish_reason": "stop",
+                 "message": {"role": "assistant", "content": "word " * 400}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 400, "total_tokens": 409}})
+        response.enable_compression()  # when Accept-Encoding allows it
+        return response
+
+    return engine_app(answer)
+
+
+async def test_the_engine_gets_the_headers_the_proxy_sends(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    seen: list[dict[str, str]] = []
+    servers = {name: await aiohttp_server(gzipping_engine(seen)) for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    e = Engines({}, servers, specs)
+    client = {"Accept-Encoding": "gzip", "X-Specroute-Note": "for specroute only",
+              "X-Specroute-Conversation": "c-1", "X-Trace": "kept"}
+    proxy = await proxy_front(aiohttp_server, tmp_path, e)
+    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+        for front in (proxy, picker):
+            status, _, body = await post(front.url + "/chat/completions", chat(ASKS[1]), client)
+            assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 400
+            await first_record(front.sink)
+            assert front.sink.records[0].outcome.completion_tokens == 400  # read, not gzip
+    by_proxy, by_picker = seen
+    for headers in (by_proxy, by_picker):
+        assert headers["accept-encoding"] == "identity"
+        assert headers["x-trace"] == "kept"
+        assert not [k for k in headers if k.startswith("x-specroute-")]
+
+
+# --- what the picker records -----------------------------------------------------------------
+
+def headers_message(headers: dict[str, str], end_of_stream: bool,
+                    response: bool = False) -> ext_proc.ProcessingRequest:
+    values = [HeaderValue(key=k, raw_value=v.encode()) for k, v in headers.items()]
+    http = ext_proc.HttpHeaders(headers=HeaderMap(headers=values), end_of_stream=end_of_stream)
+    if response:
+        return ext_proc.ProcessingRequest(response_headers=http)
+    return ext_proc.ProcessingRequest(request_headers=http)
+
+
+def destinations(responses: list[ext_proc.ProcessingResponse]) -> list[str]:
+    mutation = responses[0].request_headers.response.header_mutation
+    [value] = [h.header.raw_value.decode() for h in mutation.set_headers
+               if h.header.key == messages.DESTINATION]
+    return value.split(",")
+
+
+async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marked_failed(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # at the message level: three instances or more named, Envoy says the third answered
+    names = ["mtp-0", "plain-0", "plain-1", "plain-2"]
+    servers = [await aiohttp_server(create_sim_app(SimState(profile=name.split("-")[0])))
+               for name in names]
+    specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}")
+             for name, server in zip(names, servers, strict=True)]
+    sink = ListSink()
+    app = create_app(config_for(Engines({}, {}, specs), tmp_path, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    exchange = Exchange(app)
+    await exchange.on(headers_message({":method": "POST", ":path": "/v1/chat/completions",
+                                       "content-type": "application/json"}, False))
+    body = ext_proc.HttpBody(body=json.dumps(chat(ASKS[1])).encode(), end_of_stream=True)
+    picked = await exchange.on(ext_proc.ProcessingRequest(request_body=body))
+    named = {endpoint_of(s.base_url): s.name for s in specs}
+    order = [named[endpoint] for endpoint in destinations(picked)]
+    assert len(order) >= 3
+    answered = headers_message({":status": "200", "content-type": "application/json"}, False,
+                               response=True)
+    attributes = answered.attributes[messages.FILTER]
+    attributes.fields[messages.UPSTREAM_ADDRESS].string_value = destinations(picked)[2]
+    attributes.fields[messages.CODE_DETAILS].string_value = "via_upstream"
+    await exchange.on(answered)
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+    end = ext_proc.HttpBody(body=json.dumps(answer).encode(), end_of_stream=True)
+    await exchange.on(ext_proc.ProcessingRequest(response_body=end))
+    assert exchange.answered
+    await exchange.finish()
+    await first_record(sink)
+    outcome = sink.records[0].outcome
+    assert (outcome.backend, outcome.failover_from) == (order[2], tuple(order[:2]))
+    pool, now = app[POOL], app[DEPS].clock()
+    assert [pool.runtime(name).failed_until > now for name in order[:3]] == [True, True, False]
+
+
+@pytest.mark.parametrize("how", ["the engine breaks off", "the client leaves"])
+async def test_an_answer_that_broke_off_is_the_engine_s_error_not_a_client_that_left(
+        aiohttp_server: ServerFactory, tmp_path: Path, how: str) -> None:
+    e = await sim_engines(aiohttp_server)
+    for state in e.states.values():
+        state.time_scale = 1.0  # ~70 ms a token: the answer is under way when it ends
+        if how == "the engine breaks off":
+            state.faults.append(Fault("die_after", after_chunks=4))
+    async with picker_front(aiohttp_server, tmp_path, e) as picker, aiohttp.ClientSession(
+            timeout=TIMEOUT) as session:
+        response = await session.post(picker.url + "/chat/completions",
+                                      json=chat({**ASKS[1], "stream": True}))
+        assert response.status == 200
+        await response.content.readany()
+        if how == "the engine breaks off":
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()
+        response.close()
+        for _ in range(100):  # bounded: 5 s
+            if picker.sink.records:
+                break
+            await asyncio.sleep(0.05)
+    outcome = picker.sink.records[0].outcome
+    if how == "the engine breaks off":
+        assert "stream broke" in outcome.error and not outcome.client_disconnected
+    else:
+        assert outcome.client_disconnected and not outcome.error
