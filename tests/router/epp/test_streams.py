@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from router.epp.server import serve_grpc
 from router.state import Deps
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ListSink, ServerFactory
-from tests.router.epp.test_picker import ORIGINAL_DST, Engines, config_for
+from tests.router.epp.test_picker import ORIGINAL_DST, ROOT, Engines, config_for, post
 
 WAIT_S = 10.0  # every wait on the other side is bounded by this
 HOLD_S = 4.0  # how long the engine waits for the client to have its first event
@@ -51,7 +54,7 @@ class PacedEngine:
 
     release: asyncio.Event = field(default_factory=asyncio.Event)
     released: list[bool] = field(default_factory=list)  # per stream: released before HOLD_S
-    rest_sent: list[bool] = field(default_factory=list)  # per stream: the rest written whole
+    streams: list[str] = field(default_factory=list)  # per stream: "whole", or "cut" (by Envoy)
 
     def app(self) -> web.Application:
         async def chat(request: web.Request) -> web.StreamResponse:
@@ -59,21 +62,21 @@ class PacedEngine:
                 return web.json_response(WHOLE)
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
-            await response.write(EVENTS[0])
             try:
-                await asyncio.wait_for(self.release.wait(), HOLD_S)
-                self.released.append(True)
-            except TimeoutError:
-                self.released.append(False)
-            try:
+                await response.write(EVENTS[0])
+                try:
+                    await asyncio.wait_for(self.release.wait(), HOLD_S)
+                    self.released.append(True)
+                except TimeoutError:
+                    self.released.append(False)
                 for piece in EVENTS[1:]:
                     await response.write(piece)
                     await asyncio.sleep(0.02)
                 await response.write_eof()
-            except ConnectionError:  # Envoy cut the stream
-                self.rest_sent.append(False)
-                return response
-            self.rest_sent.append(True)
+            except (ConnectionError, asyncio.CancelledError):  # the connection closed under it
+                self.streams.append("cut")
+                raise
+            self.streams.append("whole")
             return response
 
         async def health(request: web.Request) -> web.Response:
@@ -125,4 +128,79 @@ async def test_each_sse_event_reaches_the_client_before_the_engine_writes_the_ne
     # event only once the engine had given up waiting and written the last
     assert engine.released == [True]
     assert first == EVENTS[0] and first + rest == b"".join(EVENTS)
-    assert engine.rest_sent == [True]
+    assert engine.streams == ["whole"]
+
+
+@contextlib.contextmanager
+def specroute_epp(e: Engines, tmp: Path, grpc_port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A `specroute epp` process with the default `--endpoints`, stopped by its PID."""
+    config = tmp / "config.yaml"
+    config.write_text(
+        "backends:\n" + "".join(
+            f"  - {{name: {s.name}, engine: llamacpp, profile: {s.profile}, url: '{s.base_url}'}}\n"
+            for s in e.specs)
+        + f"tokenizer: false\nclassifier: rules\nlog: {{path: {tmp / 'epp.jsonl'}}}\n"
+        "supervisor: {startup_probe: false}\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "router", "epp", "--config", str(config), "--grpc-port",
+         str(grpc_port), "--port", str(free_loopback_port())],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=WAIT_S)
+
+
+async def first_answer(url: str, process: subprocess.Popen[bytes]) -> int:
+    """The status of the first whole answer through Envoy once the picker is up (bounded)."""
+    status = 0
+    for _ in range(150):  # bounded: 30 s for the picker to start
+        assert process.poll() is None, "specroute epp exited early"
+        with contextlib.suppress(aiohttp.ClientError):
+            status = (await post(url, {**STREAM, "stream": False}))[0]
+        if status == 200:
+            break
+        await asyncio.sleep(0.2)
+    return status
+
+
+async def test_the_picker_killed_mid_stream_cuts_that_stream_and_fails_the_next_with_a_500(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # deploy/envoy/envoy.yaml: picker down, a 500 with an empty body, or the stream reset once
+    # the answer's headers went out
+    require_envoy()
+    engine = PacedEngine()
+    e = await paced_engines(aiohttp_server, engine)
+    grpc_port, listen = free_loopback_port(), free_loopback_port()
+    text = render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                         ADMIN_PORT=free_loopback_port())
+    url = f"http://127.0.0.1:{listen}/v1/chat/completions"
+    cut: aiohttp.ClientError | None = None
+    rest = b""
+    with specroute_epp(e, tmp_path, grpc_port) as process:
+        async with envoy_running(text, tmp_path / "envoy"):
+            assert await first_answer(url, process) == 200  # the default --endpoints fits it
+            async with (aiohttp.ClientSession(timeout=TIMEOUT) as session,
+                        session.post(url, json=STREAM) as response):
+                assert response.status == 200
+                first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), WAIT_S)
+                process.send_signal(signal.SIGKILL)  # by its PID, the answer's headers out
+                await asyncio.to_thread(process.wait, WAIT_S)
+                await asyncio.sleep(0.3)  # the engine writes the rest only after this
+                engine.release.set()
+                try:
+                    rest = await response.read()
+                except aiohttp.ClientPayloadError as error:
+                    cut = error
+            for _ in range(100):  # bounded: 5 s
+                if engine.streams:
+                    break
+                await asyncio.sleep(0.05)
+            after = await post(url, STREAM)  # the picker down: no instance gets this one
+    assert first == EVENTS[0]
+    assert cut is not None, f"the stream went on to its end: {rest!r}"
+    assert "not completed" in str(cut)  # HTTP/1.1: the chunked body ends short, no last chunk
+    assert engine.streams == ["cut"]  # Envoy closed the instance's connection too
+    assert (after[0], after[2]) == (500, b"")
