@@ -64,17 +64,20 @@ def _add_epp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "instance). The answer's headers and body pass through it, observed for the decision "
         "log. Instances must be named http://<ip>:<port>. /readyz, /metrics and /dashboard stay "
         "on the config's listen address; gRPC health (liveness, readiness) on the gRPC port. "
-        "Envoy's side: deploy/envoy/envoy.yaml.",
+        "Envoy's side: deploy/envoy/envoy.yaml (--endpoints primary) or "
+        "deploy/envoy/envoy-fallback.yaml (--endpoints list).",
     )
     epp.add_argument("--config", default="config.yaml", help="config file")
     epp.add_argument("--grpc-host", default="127.0.0.1", help="gRPC listen address")
     epp.add_argument("--grpc-port", type=int, default=9002,
                      help="gRPC port Envoy's ext_proc filter connects to (0: a free one)")
-    epp.add_argument("--endpoints", choices=("list", "primary"), default="list",
-                     help="list: the chosen instance, then the other allowed ones as fallbacks "
-                     "(deploy/envoy/envoy-fallback.yaml, Envoy's override_host policy); primary: "
-                     "the chosen one only (deploy/envoy/envoy.yaml: an ORIGINAL_DST cluster "
-                     "takes exactly one ip:port)")
+    epp.add_argument("--endpoints", choices=("primary", "list"), default="primary",
+                     help="primary: the chosen instance only, one ip:port, which every gateway "
+                     "takes: use it with deploy/envoy/envoy.yaml and with a gateway that sends "
+                     "InferencePool traffic to an ORIGINAL_DST cluster (a list there makes every "
+                     "request a 503); list: the chosen one, then the other allowed ones as "
+                     "fallbacks (ip:port,ip:port), for a gateway that goes down the list, such "
+                     "as deploy/envoy/envoy-fallback.yaml (Envoy's override_host policy)")
     epp.add_argument("--host", default=None, help="HTTP address for /readyz, /metrics "
                      "(overrides config listen.host)")
     epp.add_argument("--port", type=int, default=None, help="HTTP port (overrides config "

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from router.cli import build_parser
 from router.config import Config
 from router.epp.server import check_endpoints
 
@@ -46,6 +47,8 @@ def test_the_pool_s_picker_is_the_specroute_service_on_its_grpc_port() -> None:
     args = container["args"]
     assert args[0] == "epp" and args[args.index("--grpc-port") + 1] == str(ref["port"]["number"])
     assert container["readinessProbe"]["grpc"]["service"] == "readiness"
+    # one instance per answer: what a gateway routing on the header (ORIGINAL_DST) takes
+    assert build_parser().parse_args(args).endpoints == "primary"
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
