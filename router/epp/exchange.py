@@ -288,19 +288,19 @@ class Exchange:
                             self.added, self.app[state.DEPS].clock())
         return out if self.added.meta_info else b""  # else its chunks went on as they were
 
-    async def finish(self, *, cut_short: bool = False, reset: bool = False) -> None:
+    async def finish(self, *, cut_short: bool = False) -> None:
         """The request is over: release the instance and account for it, once. Cut short,
-        the stream ended before the answer did: Envoy reset it (the instance's answer broke
-        off) or closed it (the client left)."""
+        the stream ended before the answer did, and which end cut it Envoy does not say: it
+        resets or closes the stream alike when the instance's answer breaks off and when the
+        client leaves (Envoy 1.40, both seen for each). Recorded as the proxy records a client
+        that left: never timed, never the conversation's home."""
         if self.done:
             return
         self.done = True
         plan, sending = self.plan, self.sending
         if plan is None or sending is None:
             return
-        if cut_short and reset:
-            sending.result.broke("Envoy reset the stream")
-        elif cut_short:
+        if cut_short:
             sending.result.client_disconnected = True
         self.app[state.POOL].end(plan.decision.backend, sending.ticket)
         await settle_and_account(self.app, plan, sending, self.started)

@@ -67,20 +67,14 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
         """Read and write on the context itself: grpc.aio's async-generator form adds a hop
         through its iterator per message (6-10% of a do-nothing picker's CPU)."""
         exchange = Exchange(self.app, self.fallbacks)
-        reset = False
         try:
             while (message := await context.read()) is not grpc.aio.EOF:
                 for response in await exchange.on(message):
                     await context.write(response)
                 if exchange.answered:  # accounted once the client has the answer's end
                     await exchange.finish()
-        except asyncio.CancelledError:
-            # Envoy resets the stream when the instance's answer broke off; when the client
-            # leaves, it closes it (EOF) instead (Envoy 1.40, tested)
-            reset = True
-            raise
         finally:  # the stream ended: the answer did, or it was cut short
-            await exchange.finish(cut_short=True, reset=reset)
+            await exchange.finish(cut_short=True)
 
 
 @contextlib.asynccontextmanager

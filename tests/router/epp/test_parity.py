@@ -19,11 +19,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from backends.local.simulator import Fault, SimState, create_sim_app
 from backends.spec import BackendSpec
+from policies import observation_from_record
 from router.app import create_app
 from router.config import Limits
 from router.epp import messages
 from router.epp.exchange import Exchange, endpoint_of
-from router.state import DEPS, POOL, Deps
+from router.state import DEPS, POOL, SESSIONS, Deps
 from tests.router.conftest import ListSink, ServerFactory
 from tests.router.epp.test_picker import (
     ASKS,
@@ -222,8 +223,10 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
 
 
 @pytest.mark.parametrize("how", ["the engine breaks off", "the client leaves"])
-async def test_an_answer_that_broke_off_is_the_engine_s_error_not_a_client_that_left(
+async def test_an_answer_cut_short_is_recorded_as_cut_never_timed_nor_the_conversation_s_home(
         aiohttp_server: ServerFactory, tmp_path: Path, how: str) -> None:
+    """Envoy resets or closes the picker's stream alike whichever end cut the answer (both
+    seen for each), so the picker records what it knows: the answer did not reach its end."""
     e = await sim_engines(aiohttp_server)
     for state in e.states.values():
         state.time_scale = 1.0  # ~70 ms a token: the answer is under way when it ends
@@ -232,7 +235,8 @@ async def test_an_answer_that_broke_off_is_the_engine_s_error_not_a_client_that_
     async with picker_front(aiohttp_server, tmp_path, e) as picker, aiohttp.ClientSession(
             timeout=TIMEOUT) as session:
         response = await session.post(picker.url + "/chat/completions",
-                                      json=chat({**ASKS[1], "stream": True}))
+                                      json=chat({**ASKS[1], "stream": True}),
+                                      headers={"x-specroute-conversation": "cut-1"})
         assert response.status == 200
         await response.content.readany()
         if how == "the engine breaks off":
@@ -243,8 +247,11 @@ async def test_an_answer_that_broke_off_is_the_engine_s_error_not_a_client_that_
             if picker.sink.records:
                 break
             await asyncio.sleep(0.05)
-    outcome = picker.sink.records[0].outcome
-    if how == "the engine breaks off":
-        assert "stream broke" in outcome.error and not outcome.client_disconnected
-    else:
-        assert outcome.client_disconnected and not outcome.error
+        app = picker.app
+        assert sum(app[POOL].known_inflight(name, app[DEPS].clock())
+                   for name in app[POOL].names) == 0  # the instance is free again
+        assert app[SESSIONS].get("cut-1", app[DEPS].clock()) is None
+    record = picker.sink.records[0]
+    assert record.outcome.client_disconnected
+    observation = observation_from_record(record)
+    assert observation is None or not observation.timed
