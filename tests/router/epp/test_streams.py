@@ -26,7 +26,14 @@ from router.epp.server import serve_grpc
 from router.state import Deps
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ListSink, ServerFactory
-from tests.router.epp.test_picker import ORIGINAL_DST, ROOT, Engines, config_for, post
+from tests.router.epp.test_picker import (
+    ORIGINAL_DST,
+    ROOT,
+    Engines,
+    config_for,
+    engine_app,
+    post,
+)
 
 WAIT_S = 10.0  # every wait on the other side is bounded by this
 HOLD_S = 4.0  # how long the engine waits for the client to have its first event
@@ -79,13 +86,7 @@ class PacedEngine:
             self.streams.append("whole")
             return response
 
-        async def health(request: web.Request) -> web.Response:
-            return web.json_response({"status": "ok"})
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        app.router.add_get("/health", health)
-        return app
+        return engine_app(chat)
 
 
 async def paced_engines(aiohttp_server: ServerFactory, engine: PacedEngine) -> Engines:
