@@ -32,6 +32,7 @@ Beside = Callable[[web.Application], AbstractAsyncContextManager[Any]]
 
 log = structlog.get_logger("specroute")
 
+
 class _ProxyRequestHandler(RequestHandler):
     __slots__ = ()
 
