@@ -4,9 +4,8 @@ deciding within the channel's latency of each other could pick one free instance
 request then waits a whole service time). The hop costs a proxy's overhead, a few ms. An
 instance with work queued is no such race: the request is sent from here, as before.
 
-The owner plans the request again with what it knows (its own share exactly), outside the
-sender's share (router/handlers: the sender knew that share exactly and chose this one), and
-never passes it on (`VIA` marks it): one hop at most. A peer that cannot be reached, or answers that it
+The owner plans the request again with what it knows (its own share exactly) and never passes
+it on (`VIA` marks it): one hop at most. A peer that cannot be reached, or answers that it
 cannot serve, is skipped and not tried again for PEER_RETRY_S: the request goes straight to
 the instances, as with no peer.
 """
