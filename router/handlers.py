@@ -79,14 +79,9 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     deps, pool = app[state.DEPS], app[state.POOL]
     started = deps.clock()
     raw = await read_body(request)
-    link = app.get(state.REPLICAS)
-    passer = request.headers.get(peers.VIA, "") if link is not None else ""
-    # A request passed on by its sender, which knows its own share exactly and chose ours: one
-    # of its instances that looks free here may have just taken its own request (unheard yet),
-    # so it is not sent there blind: it goes to ours, queued if it must (bench.replicas).
-    among = (pool.outside_share_of(passer) or None) if passer else None
-    plan = plan_for(app, endpoint, raw, request.headers, started, among=among)
+    plan = plan_for(app, endpoint, raw, request.headers, started)
     primary = plan.decision.backend
+    link = app.get(state.REPLICAS)
     if link is not None and primary:
         peer = peers.peer_for(pool.owner(primary), link.replica, link.peer_urls,
                               request.headers, plan.decision.queue_ms)

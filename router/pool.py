@@ -222,10 +222,6 @@ class BackendPool:
         """The other replicas the shares were last dealt among."""
         return [replica for replica in self._everyone if replica != self._me]
 
-    def outside_share_of(self, replica: str) -> list[str]:
-        """The instances not in `replica`'s share, as last dealt (all of them when it has none)."""
-        return [name for name in self._backends if self._owner.get(name, "") != replica]
-
     def owner(self, name: str) -> str:
         """The replica whose share `name` is in, as last dealt ("" while alone)."""
         return self._owner.get(name, "")

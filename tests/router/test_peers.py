@@ -91,30 +91,6 @@ async def test_a_request_for_an_instance_in_another_replica_s_share_goes_through
     assert VIA not in {k.lower() for k in sent["headers"]}  # the engine sees no hop between us
 
 
-async def test_a_request_passed_on_is_not_sent_blind_to_a_free_instance_of_its_sender(
-        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
-    """Its sender knows its own share exactly and chose this one's: its instance that looks
-    free here may have just taken the sender's own request. The request goes to this
-    replica's share instead, queued if it must (bench.replicas: the collisions left at 4
-    clients)."""
-    f = await fleet(aiohttp_server, tmp_path, plains=2, time_scale=1.0)
-    a = await forwarding(aiohttp_server, f, "a", store.url)
-    await forwarding(aiohttp_server, f, "b", store.url)
-    pool = a.app[POOL]
-    await eventually(lambda: pool.owner("plain-0") != pool.owner("plain-1"), "dealt out")
-    mine = next(n for n in ("plain-0", "plain-1") if pool.owner(n) == "a")
-    theirs = next(n for n in ("plain-0", "plain-1") if pool.owner(n) == "b")
-    async with client(a) as ca:
-        first = asyncio.create_task(ca.chat.completions.with_raw_response.create(**STORY))
-        await eventually(lambda: f.states[mine].serving == 1, "A's first on its own plain")
-        passed = await ca.chat.completions.with_raw_response.create(
-            **STORY, extra_headers={VIA: "b"})
-        await first
-    # A's own share (its free mtp, or queued behind its own plain), never B's free plain
-    assert pool.owner(passed.headers["x-specroute-backend"]) == "a"
-    assert f.states[theirs].received == []
-
-
 async def test_a_peer_that_cannot_be_reached_costs_only_the_try(
         aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
     f = await fleet(aiohttp_server, tmp_path, plains=2, time_scale=1.0)
