@@ -48,7 +48,7 @@ class Observation:
     arm: str = ""  # the route's arm that served it (pool plus rewrite label), else the profile
     total_ms: float | None = None  # the whole request as the proxy measured it
     measured_tps: float | None = None  # the decode rate the proxy measured from the stream
-    disconnected: bool = False  # the client left before the answer ended
+    disconnected: bool = False  # the answer did not end whole: the client left, or it broke off
 
     @property
     def paced(self) -> bool:
@@ -120,7 +120,8 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             arm=str(record.decision.get("arm") or profile),
             total_ms=_float_or_none(outcome.total_ms),
             measured_tps=_float_or_none(outcome.decode_tps),
-            disconnected=bool(outcome.client_disconnected),
+            # an error after a 200 is an answer that broke off (backends/upstream): cut short too
+            disconnected=bool(outcome.client_disconnected or outcome.error),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

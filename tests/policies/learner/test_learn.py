@@ -186,6 +186,18 @@ def test_observation_from_log_reads_a_record() -> None:
     assert obs.inputs[0] == 1.0 and len(obs.inputs) == len(INPUTS)
 
 
+@pytest.mark.parametrize(("cut", "timed"), [
+    ({}, True),
+    ({"client_disconnected": True}, False),
+    ({"error": "mtp-0: stream broke: ServerDisconnectedError"}, False),  # a truncated answer
+])
+def test_only_an_answer_that_ended_whole_times_its_arm(cut: dict[str, object],
+                                                       timed: bool) -> None:
+    obs = observation_from_log(_record(total_ms=5000.0, **cut))
+    assert obs is not None and obs.paced  # its decode rate up to the cut is still a rate
+    assert obs.timed is timed
+
+
 @pytest.mark.parametrize(
     ("decision", "classifier", "p_spec"),
     [
