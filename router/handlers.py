@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,7 @@ from router.exchange import (
 from router.online import pace_status
 from router.openapi import openapi_document
 from router.paths import ALLOWED_METHODS, MODELS, ROUTED, forwardable_path
+from router.routing import RoutedRequest
 from router.upstream_body import upstream_body
 
 # /readyz re-probes backends not probed within this long, waiting at most READYZ_WAIT_S: with no
@@ -81,16 +83,12 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     raw = await read_body(request)
     plan = plan_for(app, endpoint, raw, request.headers, started)
     primary = plan.decision.backend
-    link = app.get(state.REPLICAS)
-    if link is not None and primary:
-        peer = peers.peer_for(pool.owner(primary), link.replica, link.peer_urls,
-                              request.headers, plan.decision.queue_ms)
-        if peer and link.passed_on.usable(peer, started):
-            relayed = await peers.relay(request, app[state.SESSION], peer, raw, link.replica)
-            if relayed is not None:
-                link.passed_on.taken(peer)
-                return relayed
-            link.passed_on.not_taken_by(peer, deps.clock())
+    if primary and app.get(state.REPLICAS) is not None:
+        passed = await _through_owner(request, endpoint, raw, plan, started)
+        if isinstance(passed, web.StreamResponse):
+            return passed
+        plan = passed
+        primary = plan.decision.backend
     adapter = adapter_for(pool.runtime(primary if primary else plan.order[0]).spec)
     body, tweaked = upstream_body(plan, raw, adapter, request.path)
     config = app[state.CONFIG]
@@ -126,6 +124,45 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         if not ended:
             pool.end(primary, sending.ticket)
         await settle_and_account(app, plan, sending, started)
+
+
+async def _through_owner(request: web.Request, endpoint: str, raw: bytes, plan: RoutedRequest,
+                         started: float) -> web.StreamResponse | RoutedRequest:
+    """With replicas (router/peers): the answer of the replica that owns the chosen instance,
+    or the plan to send from here (not passed on, the owner away, or declining: then planned
+    again outside its share); a request passed here for its sender's share is declined."""
+    app = request.app
+    pool, link = app[state.POOL], app[state.REPLICAS]
+    owner = pool.owner(plan.decision.backend)
+    if peers.declines(request.headers.get(peers.VIA, ""), owner):
+        return peers.declined_response(link.replica)
+    peer = peers.peer_for(owner, link.replica, link.peer_urls, request.headers,
+                          plan.decision.queue_ms)
+    if not peer or not link.passed_on.usable(peer, started):
+        return plan
+    relayed = await peers.relay(request, app[state.SESSION], peer, raw, link.replica)
+    if isinstance(relayed, web.StreamResponse):
+        link.passed_on.taken(peer)
+        return relayed
+    if relayed is peers.NotTaken.DECLINED:
+        link.passed_on.declined_by(peer)
+        return _outside_share(app, endpoint, raw, request, plan, owner)
+    link.passed_on.not_taken_by(peer, app[state.DEPS].clock())
+    return plan
+
+
+def _outside_share(app: web.Application, endpoint: str, raw: bytes, request: web.Request,
+                   plan: RoutedRequest, owner: str) -> RoutedRequest:
+    """The plan again, among the instances outside `owner`'s share (it declined: its share is
+    busy), its instances still last in the failover order; the first plan when nothing
+    outside it is healthy."""
+    pool = app[state.POOL]
+    outside = [name for name in pool.names if pool.owner(name) != owner]
+    again = plan_for(app, endpoint, raw, request.headers, app[state.DEPS].clock(), among=outside)
+    if not again.decision.backend:
+        return plan
+    return dataclasses.replace(
+        again, order=(*again.order, *(n for n in plan.order if n not in again.order)))
 
 
 async def models(request: web.Request) -> web.Response:

@@ -120,7 +120,8 @@ class Metrics:
             "them (router/peer_load), not through the store", namespace=ns, registry=reg)
         self.passed_on = Counter(
             "replica_passed_on", "Requests this replica passed to the replica whose share held "
-            "their instance: answered there, or not taken (sent from here)",
+            "their instance: answered there, not taken (sent from here), or declined there (its "
+            "share busy: placed here, outside it)",
             ["result"], namespace=ns, registry=reg)
         self.gauge_scrapes_dropped = Counter(
             "gauge_scrapes_dropped", "Engine queue-gauge scrapes ignored (failed, slow, or lying)",
@@ -258,7 +259,8 @@ class MetricsAddon(Addon):
             metrics.channel_latency.set(link.channel_latency_s)
             metrics.load_direct.set(len(link.direct))
             for result, total in (("answered", link.passed_on.answered),
-                                  ("not_taken", link.passed_on.not_taken)):
+                                  ("not_taken", link.passed_on.not_taken),
+                                  ("declined", link.passed_on.declined)):
                 metrics.passed_on.labels(result=result).inc(
                     total - self._passed_on_seen.get(result, 0))
                 self._passed_on_seen[result] = total
