@@ -160,6 +160,7 @@ class Row:
     union_delta: float = math.nan
     union_n: str = ""
     risks: list[float] = field(default_factory=list)  # each replica's learned collision risk
+    passed: dict[str, int] = field(default_factory=dict)  # requests passed on, by result
     rounds: list[dict[str, Result]] = field(default_factory=list)  # `results` merges them
 
     def ratio(self, ours: str, theirs: str) -> float:
@@ -443,7 +444,11 @@ async def run_replicas(bench: Bench, requests: Sequence[TrafficRequest], load: L
         else:  # two sync rounds: each has published its last sums and read the other's
             await asyncio.sleep(2 * bench.args.sync_interval + 0.5)
             statuses = [await replica_status(p) for p in proxies]
-            row.risks = [await collision_risk(p) for p in proxies]
+            measured = [await collision_risk(p) for p in proxies]
+            row.risks = [risk for risk, _ in measured]  # the last round's
+            for _, passed in measured:  # every round's
+                for how, n in passed.items():
+                    row.passed[how] = row.passed.get(how, 0) + n
     finally:
         if killer is not None:
             killer.cancel()  # when the run ended first (a deadline, an error)
@@ -481,14 +486,22 @@ async def replica_status(proxy: Proxy) -> dict[str, Any]:
         return dict((await response.json())["speedup_model"])
 
 
-async def collision_risk(proxy: Proxy) -> float:
-    """The chance of meeting the other replica's request that a replica learned (/metrics)."""
+async def collision_risk(proxy: Proxy) -> tuple[float, dict[str, int]]:
+    """The chance of meeting the other replica's request that a replica learned, and the
+    requests it passed on, by result (answered, declined, not taken), from its /metrics."""
     async with aiohttp.ClientSession() as session, session.get(
             proxy.url + "/metrics") as response:
         response.raise_for_status()
         text = await response.text()
     samples = dict(s for s in map(parse_sample, text.splitlines()) if s is not None)
-    return samples.get("specroute_replica_collision_risk", math.nan)
+    passed: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith(PASSED_ON) and (sample := parse_sample(line)) is not None:
+            passed[line[len(PASSED_ON):].split('"', 1)[0]] = int(sample[1])
+    return samples.get("specroute_replica_collision_risk", math.nan), passed
+
+
+PASSED_ON: Final = 'specroute_replica_passed_on_total{result="'
 
 
 def union_status(policy: Path, logs: Sequence[Path]) -> dict[str, Any]:
@@ -596,7 +609,8 @@ def print_row(row: Row) -> None:
     kill = (f"{row.ratio_cell('killed', '2 replicas')} {len(killed.failures):3d} failed "
             f"({killed.note})" if killed is not None else "")
     print(f"  {row.load.name:<10} {' '.join(cells)}   {' '.join(ratios)}  union "
-          f"{row.union_delta:.0e}  idle {_idle(row)}  risk {_risks(row)}  {kill}", flush=True)
+          f"{row.union_delta:.0e}  idle {_idle(row)}  risk {_risks(row)}  passed {_passed(row)}  "
+          f"{kill}", flush=True)
     for result in row.results.values():
         for failure in result.failures[:3]:
             print(f"    failed: {failure}")
@@ -611,11 +625,18 @@ def _risks(row: Row) -> str:
     return " / ".join(f"{r:.2f}" for r in row.risks) or "-"
 
 
+def _passed(row: Row) -> str:
+    """Requests the replicas passed to each other, all rounds: answered by the owner /
+    declined (its share busy: placed by the sender) / not taken (sent from the sender)."""
+    return " / ".join(str(row.passed.get(r, 0)) for r in ("answered", "declined", "not_taken"))
+
+
 def markdown_table(rows: Sequence[Row]) -> str:
     head = ("| mix | load | least_conn | single | 2 replicas | store killed | 2r / lc | "
             "2r / single | killed / 2r | failed (killed) | union max rel. diff | idle while "
-            "queued (lc / single / 2r / killed) | collision risk (a / b) |")
-    lines = [head, "|" + "---|" * 13]
+            "queued (lc / single / 2r / killed) | collision risk (a / b) | passed on (answered / "
+            "declined / not taken) |")
+    lines = [head, "|" + "---|" * 14]
     for row in rows:
         killed = row.results.get("killed")
         cells = [row.mix, row.load.name,
@@ -624,7 +645,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
                  row.ratio_cell("2 replicas", "single"),
                  row.ratio_cell("killed", "2 replicas") if killed else "-",
                  str(len(killed.failures)) if killed else "-", f"{row.union_delta:.0e}",
-                 _idle(row), _risks(row)]
+                 _idle(row), _risks(row), _passed(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
