@@ -134,6 +134,7 @@ class Result:
     failures: list[str] = field(default_factory=list)
     note: str = ""
     idle_queued: float = math.nan  # share of the run with an instance idle and a request queued
+    unsent: int = 0  # requests the wall-time bound kept from being sent: the run is not judged
 
     @property
     def score(self) -> float:
@@ -199,6 +200,7 @@ class Bench:
     lc_url: str = ""
     deadline: float = math.inf
     _runs: Iterator[int] = field(default_factory=itertools.count)
+    cut: list[str] = field(default_factory=list)  # rounds the wall-time bound cut short
 
     @property
     def load_config(self) -> LoadConfig:
@@ -349,6 +351,7 @@ async def drive(bench: Bench, url: str, requests: Sequence[TrafficRequest], load
     result = Result(load.closed)
     done = asyncio.Event()
     watcher = asyncio.create_task(idle_while_queued(bench.states, done))
+    before = received(bench.states)
     try:
         if load.closed:
             result.tokens, result.seconds = await closed_loop(
@@ -359,6 +362,8 @@ async def drive(bench: Bench, url: str, requests: Sequence[TrafficRequest], load
     finally:
         done.set()
         result.idle_queued = await watcher
+    # the engines fail none here: what they did not receive was never sent (the wall-time bound)
+    result.unsent = max(0, len(requests) - (received(bench.states) - before))
     return result
 
 
@@ -561,8 +566,12 @@ async def routing_row(bench: Bench, mix: str, requests: Sequence[TrafficRequest]
         results: dict[str, Result] = {}
         for setup in setups if turn % 2 == 0 else setups[::-1]:
             results[setup] = await run_setup(bench, setup, requests, load, row)
+        if any(r.unsent for r in results.values()):  # a round cut short is not judged
+            bench.cut.append(f"{row.mix}, {load.name}, round {turn + 1}")
+            print(f"  (wall-time bound reached: {bench.cut[-1]} cut short, not counted)")
+            break
         row.rounds.append(results)
-    row.results = {s: merged([r[s] for r in row.rounds]) for s in setups}
+    row.results = {s: merged([r[s] for r in row.rounds]) for s in setups} if row.rounds else {}
     return row
 
 
@@ -671,15 +680,22 @@ async def routing(args: argparse.Namespace, work: Path, nginx: str, deadline: fl
             requests = make_mix(mix, args.requests, args.seed)
             for load in loads(args, requests, states):
                 if time.monotonic() > deadline:
-                    print("  (wall-time bound reached: the rest is not run)")
-                    return rows, [c for r in rows for c in row_checks(r)]
-                rows.append(await routing_row(bench, mix, requests, load))
-                print_row(rows[-1])
+                    bench.cut.append(f"{mix}, {load.name} and after: not run")
+                    break
+                row = await routing_row(bench, mix, requests, load)
+                if not row.rounds:
+                    break
+                rows.append(row)
+                print_row(row)
+            if bench.cut:
+                break
     finally:
         await stopped(lc)
         for stop_site in stops:
             await stop_site()
-    return rows, [c for r in rows for c in row_checks(r)]
+    bound = Check(f"every round run to the end within --max-seconds {args.max_seconds:g}",
+                  "; ".join(bench.cut) or "yes", not bench.cut)
+    return rows, [*(c for r in rows for c in row_checks(r)), bound]
 
 
 def loads(args: argparse.Namespace, requests: Sequence[TrafficRequest],
@@ -898,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="requests per capacity measurement")
     parser.add_argument("--capacity-rounds", type=int, default=3,
                         help="capacity measurements per set-up, alternated; the best counts")
-    parser.add_argument("--max-seconds", type=float, default=1800.0,
+    parser.add_argument("--max-seconds", type=float, default=3600.0,
                         help="wall-time bound of the routing runs")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args(argv)
