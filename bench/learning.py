@@ -343,7 +343,7 @@ def simulate(
         item = items[index]
         if kind == 0:  # a completion (before arrivals at the same instant)
             ticket_name, ticket, started, queued = tickets.pop(index)
-            sim.pool.end(ticket_name, ticket)
+            sim.pool.end(ticket_name, ticket, now / 1000.0)
             sim.inflight[name] -= 1
             router.finished(item, name, arrived[index], started, now, queued)
             latency += now - arrived[index]

@@ -108,7 +108,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         # request (through one of them); the yield lets the publisher send it first.
         nonlocal ended
         ended = True
-        pool.end(primary, sending.ticket)
+        pool.end(primary, sending.ticket, deps.clock())
         await asyncio.sleep(0)
 
     try:
@@ -122,7 +122,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         raise
     finally:
         if not ended:
-            pool.end(primary, sending.ticket)
+            pool.end(primary, sending.ticket, deps.clock())
         await settle_and_account(app, plan, sending, started)
 
 

@@ -33,6 +33,8 @@ from backends.upstream import Target
 from policies import BackendState, queued_work
 from router.contention import Contention, ranks, share
 
+# Sent times rebuilt from two hearings of one request differ by the channel's jitter, no more.
+_SENT_JITTER_S = 0.005
 # A request's predicted service time, averaged per instance with this weight for the newest: the
 # price of a request someone else put there (its own prediction is not known here).
 TYPICAL_WEIGHT = 0.1
@@ -66,6 +68,9 @@ class BackendRuntime:
     # ticket -> this replica's requests here: the queue the finish rule prices
     running: dict[int, Running] = field(default_factory=dict)
     typical_ms: float = 0.0  # the predicted service time of a request here, averaged
+    # when a request here last ended (this replica's, another's as heard, or a bypasser's as
+    # counted): the oldest one still here has been served only since then
+    freed_at: float = -math.inf
     replicas: dict[str, ReplicaWork] = field(default_factory=dict)  # the other replicas' work
     gauge: EngineLoad | None = None  # the engine's own count, at its last good scrape
     bypass: int = 0  # what that count showed beyond every replica's requests
@@ -145,7 +150,7 @@ class BackendPool:
             contended = 0.0 if running or b.spec.name in self._own else self.contention.risk()
             states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
                                        len(running), pools=self._pools[b.spec.name],
-                                       queued=queued_work(running, now),
+                                       queued=queued_work(running, now, b.freed_at),
                                        tie_rank=self._tie_rank[b.spec.name],
                                        contended=contended))
         return states
@@ -168,7 +173,10 @@ class BackendPool:
         backend = self._backends[name]
         backend.gauge, backend.gauge_at = load, now
         known = max(backend.known(now, self._load_max_age_s), known_at_send)
-        backend.bypass = max(0, load.requests - known)
+        bypass = max(0, load.requests - known)
+        if bypass < backend.bypass:
+            backend.freed_at = now
+        backend.bypass = bypass
         _seen(backend.bypass_seen, backend.bypass, now)
 
     def note_replica_work(self, replica: str, work: ReplicaLoad, now: float,
@@ -178,6 +186,9 @@ class BackendPool:
         of its requests."""
         for name, backend in self._backends.items():
             running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
+            before = backend.replicas.get(replica)
+            if before is not None and _one_ended(before.running, running):
+                backend.freed_at = now
             backend.replicas[replica] = ReplicaWork(running, now)
             if backend.blind and running:
                 self._collided(backend, min(sent for _, sent in running), blind_s)
@@ -323,9 +334,11 @@ class BackendPool:
             self._changed()
         return ticket
 
-    def end(self, name: str, ticket: int = 0) -> None:
+    def end(self, name: str, ticket: int, now: float) -> None:
+        """The request `ticket` sent to `name` ended at `now` (its answer in, or given up)."""
         if name in self._backends:
             backend = self._backends[name]
+            backend.freed_at = max(backend.freed_at, now)
             backend.inflight -= 1
             backend.running.pop(ticket, None)
             if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
@@ -364,3 +377,14 @@ def _seen(seen: list[float], count: int, now: float) -> None:
     them in turn), new ones are seen from now."""
     del seen[:max(0, len(seen) - count)]
     seen.extend([now] * (count - len(seen)))
+
+
+def _one_ended(before: Sequence[Running], after: Sequence[Running]) -> bool:
+    """Whether a replica's requests on an instance, as published twice, lost one in between:
+    fewer now, or the oldest gone (one ended and another started between the two). The sent
+    times are rebuilt from elapsed times on each hearing: equal within the channel's jitter."""
+    if len(after) < len(before):
+        return True
+    if not before:
+        return False
+    return min(sent for _, sent in after) > min(sent for _, sent in before) + _SENT_JITTER_S

@@ -67,19 +67,26 @@ def queued_ms(inflight: Sequence[InFlight]) -> float:
     return _work_ahead([f.predicted_ms for f in inflight], [f.elapsed_ms for f in inflight])
 
 
-def queued_work(running: Collection[tuple[float, float]], now: float) -> Queued:
+def queued_work(running: Collection[tuple[float, float]], now: float,
+                freed_at: float = -math.inf) -> Queued:
     """`queued_ms` of the requests in flight given as (predicted ms, sent at), as the proxy's
-    pool keeps them (no `InFlight` per request: a decision under load reads every queue)."""
+    pool keeps them (no `InFlight` per request: a decision under load reads every queue).
+    `freed_at`: when a request here last ended. The oldest request has been served only since
+    then, or since it was sent: the time it waited behind the one that ended is not service
+    (counted as service, a request that just started after a long wait looked nearly done)."""
     predicted = [ms for ms, _ in running]
     elapsed = [(now - sent) * 1000.0 if now > sent else 0.0 for _, sent in running]
-    return Queued(len(predicted), _work_ahead(predicted, elapsed))
+    served_ms = (now - freed_at) * 1000.0 if now > freed_at else 0.0
+    return Queued(len(predicted), _work_ahead(predicted, elapsed, served_ms))
 
 
-def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float]) -> float:
+def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float],
+                served_ms: float = math.inf) -> float:
     if not predicted:
         return 0.0
     head = max(range(len(elapsed)), key=elapsed.__getitem__)  # the oldest; of equals, the first
-    left = max(predicted[head] - elapsed[head], OVERRUN_SHARE * predicted[head])
+    ran = min(elapsed[head], served_ms)
+    left = max(predicted[head] - ran, OVERRUN_SHARE * predicted[head])
     return left + (math.fsum(predicted) - predicted[head])
 
 

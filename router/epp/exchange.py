@@ -302,7 +302,7 @@ class Exchange:
             return
         if cut_short:
             sending.result.client_disconnected = True
-        self.app[state.POOL].end(plan.decision.backend, sending.ticket)
+        self.app[state.POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
         await settle_and_account(self.app, plan, sending, self.started)
 
 

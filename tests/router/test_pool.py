@@ -95,7 +95,7 @@ def test_own_work_is_published_as_each_request_s_prediction_and_elapsed_time() -
     pool.watch(lambda: changes.append(1))
     ticket = pool.begin("a", predicted_ms=250.0, now=1.0)
     assert pool.own_work(1.5) == {"a": [(250.0, 500.0)]}
-    pool.end("a", ticket)
+    pool.end("a", ticket, 1.55)
     assert pool.own_work(1.6) == {}
     assert len(changes) == 2  # the replica's publisher is woken at each start and end
 
@@ -104,7 +104,7 @@ def test_a_request_of_ours_that_ended_while_the_scrape_was_out_is_not_someone_el
     pool = _pool()
     ticket = pool.begin("a", predicted_ms=100.0, now=0.0)
     sent_with = pool.runtime("a").inflight  # 1 when the scrape went out
-    pool.end("a", ticket)  # ours ended; the engine's answer still counts it
+    pool.end("a", ticket, 0.005)  # ours ended; the engine's answer still counts it
     pool.note_engine_load("a", EngineLoad(1, 0), now=0.01, known_at_send=sent_with)
     assert _state(pool, "a", 0.02).inflight == 0
 
@@ -120,7 +120,31 @@ def test_a_request_of_others_that_has_run_long_is_nearly_done_not_a_whole_reques
     pool.note_engine_load("a", EngineLoad(2, 0), now=0.8)  # a second one arrives
     assert _state(pool, "a", 0.8).work().work_ms == pytest.approx(200.0 + 1000.0)
     pool.note_engine_load("a", EngineLoad(1, 0), now=0.9)  # the oldest ended
-    assert _state(pool, "a", 0.9).work().work_ms == pytest.approx(1000.0 - 100.0)
+    # the other waited behind it: served from now on, its whole request is ahead
+    assert _state(pool, "a", 0.9).work().work_ms == pytest.approx(1000.0)
+    assert _state(pool, "a", 1.0).work().work_ms == pytest.approx(900.0)
+
+
+def test_a_request_that_waited_is_served_only_since_the_one_before_it_ended() -> None:
+    pool = _pool()
+    first = pool.begin("a", predicted_ms=400.0, now=0.0)
+    pool.begin("a", predicted_ms=400.0, now=0.01)  # waits 390 ms behind the first
+    pool.end("a", first, 0.4)
+    # 20 ms into its service, not 410 ms since it was sent (which would be "overrun, a fifth")
+    assert _state(pool, "a", 0.42).work().work_ms == pytest.approx(380.0)
+
+
+def test_another_replica_s_request_that_ended_frees_the_instance_for_the_next() -> None:
+    pool = _pool()
+    pool.note_replica_work("r2", {"a": [(400.0, 10.0), (400.0, 0.0)]}, now=0.01)
+    pool.note_replica_work("r2", {"a": [(400.0, 390.0)]}, now=0.4)  # the older one ended
+    assert _state(pool, "a", 0.42).work().work_ms == pytest.approx(380.0)
+    # one ended and another started between two hearings: the count alone would not tell
+    pool.note_replica_work("r2", {"a": [(400.0, 0.0)]}, now=0.8)
+    assert _state(pool, "a", 0.9).work().work_ms == pytest.approx(300.0)
+    # the same requests heard again (a heartbeat) free nothing
+    pool.note_replica_work("r2", {"a": [(400.0, 200.0)]}, now=1.0)
+    assert _state(pool, "a", 1.1).work().work_ms == pytest.approx(100.0)
 
 
 def _two_pairs() -> list[BackendSpec]:
@@ -157,7 +181,7 @@ def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collisi
     assert pool.contention.risk() == 0.0  # no risk assumed
     alone = BackendPool(_two_pairs())
     alone.share_with("a")
-    alone.end("mtp-1", alone.begin("mtp-1", now=0.0))
+    alone.end("mtp-1", alone.begin("mtp-1", now=0.0), 0.4)
     assert alone.contention.watched == Contention().watched  # nobody to meet: not watched
     # mtp-1 is b's share and looks free: a's request there is watched
     ticket = pool.begin("mtp-1", predicted_ms=400.0, now=10.0)
@@ -166,7 +190,7 @@ def test_a_blind_request_that_met_an_earlier_one_of_another_replica_is_a_collisi
     assert pool.contention.collided == pytest.approx(1.0)
     risk = pool.contention.risk()
     assert risk > 0.0
-    pool.end("mtp-1", ticket)  # counted once
+    pool.end("mtp-1", ticket, 10.4)  # counted once
     assert pool.contention.risk() == pytest.approx(risk)
     # a free instance in b's share now costs a its risk; its own share and a busy one nothing
     pool.note_replica_work("b", {}, now=11.0)  # b's request there ended
@@ -195,13 +219,13 @@ def test_blind_requests_that_met_nobody_lower_the_risk_and_known_ones_are_not_wa
     assert pool.contention.collided == 0.0
     pool.begin("mtp-1", predicted_ms=400.0, now=1.0)
     pool.note_replica_work("b", {"mtp-1": [(400.0, 500.0)]}, now=1.002)  # before: collision
-    pool.end("plain-1", first)
+    pool.end("plain-1", first, 1.4)
     pool.note_replica_work("b", {}, now=1.5)  # b's requests ended too
     high, watched = pool.contention.risk(), pool.contention.watched
     for t in range(20):  # blind requests that ended having met nobody, in either share
         pool.note_replica_work("b", {}, now=2.0 + t)  # b's heartbeat: heard, with nothing
-        pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t))
-        pool.end("plain-1", pool.begin("plain-1", now=2.0 + t))
+        pool.end("mtp-0", pool.begin("mtp-0", now=2.0 + t), 2.5 + t)
+        pool.end("plain-1", pool.begin("plain-1", now=2.0 + t), 2.5 + t)
     assert 0.0 < pool.contention.risk() < high
     assert pool.contention.watched > watched + 30
     watched = pool.contention.watched
@@ -266,6 +290,6 @@ def test_blind_requests_are_not_watched_while_the_others_are_unheard() -> None:
     assert not pool.runtime("mtp-1").blind  # whether it met b's requests can't be told now
     watched = pool.contention.watched
     for t in range(10):  # unheard, every one would look like one that met nobody
-        pool.end("plain-1", pool.begin("plain-1", now=0.2 + t))
+        pool.end("plain-1", pool.begin("plain-1", now=0.2 + t), 0.7 + t)
     assert pool.contention.watched == watched
     assert pool.contention.risk() == 0.0

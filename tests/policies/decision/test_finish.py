@@ -74,6 +74,15 @@ def test_the_queue_is_the_oldest_requests_remainder_then_the_others_whole() -> N
     assert queued_ms(overrun) == pytest.approx(200.0)  # busy, not done
 
 
+def test_the_oldest_request_is_served_only_since_the_instance_was_last_freed() -> None:
+    # sent at 0 s, it waited behind another that ended at 0.4 s: at 0.5 s it is 100 ms in
+    waited = queued_work([(400.0, 0.0)], 0.5, freed_at=0.4)
+    assert waited.work_ms == pytest.approx(300.0)
+    # freed before it was sent: served since it was sent
+    assert queued_work([(400.0, 0.3)], 0.5, freed_at=0.1).work_ms == pytest.approx(200.0)
+    assert queued_work([(400.0, 0.0)], 0.5).work_ms == pytest.approx(80.0)  # overran
+
+
 _RUNNING = st.lists(st.tuples(st.floats(0.0, 1e6), st.floats(0.0, 100.0)), max_size=40)
 
 
