@@ -83,6 +83,10 @@ class BackendRuntime:
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
 
+    def freed(self, now: float) -> None:
+        """A request here ended at `now`: the next one in line is served from then."""
+        self.freed_at = max(self.freed_at, now)
+
     def replicas_running(self, now: float, max_age_s: float) -> list[Running]:
         """The other replicas' requests here, from those heard from recently."""
         return [r for work in self.replicas.values() if now - work.at <= max_age_s
@@ -173,7 +177,7 @@ class BackendPool:
         known = max(backend.known(now, self._load_max_age_s), known_at_send)
         bypass = max(0, load.requests - known)
         if bypass < backend.bypass:
-            backend.freed_at = now
+            backend.freed(now)
         backend.bypass = bypass
         _seen(backend.bypass_seen, backend.bypass, now)
 
@@ -184,9 +188,11 @@ class BackendPool:
         of its requests."""
         for name, backend in self._backends.items():
             running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
+            # one of its requests here ended when their count dropped (the sent times, rebuilt
+            # from elapsed times at each hearing, move by the channel's jitter: no sign of an end)
             before = backend.replicas.get(replica)
-            if before is not None and _one_ended(before.running, running):
-                backend.freed_at = now
+            if before is not None and len(running) < len(before.running):
+                backend.freed(now)
             backend.replicas[replica] = ReplicaWork(running, now)
             if backend.blind and running:
                 self._collided(backend, min(sent for _, sent in running), blind_s)
@@ -336,7 +342,7 @@ class BackendPool:
         """The request `ticket` sent to `name` ended at `now` (its answer in, or given up)."""
         if name in self._backends:
             backend = self._backends[name]
-            backend.freed_at = max(backend.freed_at, now)
+            backend.freed(now)
             backend.inflight -= 1
             backend.running.pop(ticket, None)
             if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
@@ -375,12 +381,3 @@ def _seen(seen: list[float], count: int, now: float) -> None:
     them in turn), new ones are seen from now."""
     del seen[:max(0, len(seen) - count)]
     seen.extend([now] * (count - len(seen)))
-
-
-def _one_ended(before: Sequence[Running], after: Sequence[Running]) -> bool:
-    """Whether a replica's requests on an instance, as published twice, lost one in between.
-    Told by the count alone: the sent times are rebuilt from elapsed times at each hearing and
-    move by the channel's jitter, which would pass for a request that ended (and time the
-    oldest as just started: a whole request too much). A replica publishes each end before
-    its next start, so an end and a start are rarely heard as one."""
-    return len(after) < len(before)
