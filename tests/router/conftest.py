@@ -33,6 +33,18 @@ class ListSink:
         self.records.append(record)
 
 
+async def logged(sink: ListSink, count: int = 1) -> list[RouteRecord]:
+    """The records once `count` are in. A record is written after the answer's last byte went
+    out (in picker mode, when Envoy's stream tells the end), so a client can hold the whole
+    answer before its record exists."""
+    for _ in range(100):  # bounded: 5 s
+        if len(sink.records) >= count:
+            break
+        await asyncio.sleep(0.05)
+    assert len(sink.records) >= count, f"only {len(sink.records)} records logged"
+    return sink.records
+
+
 @dataclass
 class Stack:
     proxy: TestServer
@@ -52,13 +64,7 @@ class Stack:
         return openai.AsyncOpenAI(base_url=self.base_url, api_key="sk-test", max_retries=0, **kwargs)
 
     async def logged(self, count: int) -> list[RouteRecord]:
-        """The records once `count` are in (the handler logs after the last byte went out)."""
-        for _ in range(100):  # bounded: 5 s
-            if len(self.sink.records) >= count:
-                break
-            await asyncio.sleep(0.05)
-        assert len(self.sink.records) >= count, f"only {len(self.sink.records)} records logged"
-        return self.sink.records
+        return await logged(self.sink, count)
 
     @property
     def last(self) -> RouteRecord:

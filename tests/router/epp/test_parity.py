@@ -5,7 +5,6 @@ what the picker records of instances passed and of an answer that broke off."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 from pathlib import Path
@@ -25,7 +24,7 @@ from router.config import Limits
 from router.epp import messages
 from router.epp.exchange import Exchange, endpoint_of
 from router.state import DEPS, POOL, SESSIONS, Deps
-from tests.router.conftest import ListSink, ServerFactory
+from tests.router.conftest import ListSink, ServerFactory, logged
 from tests.router.epp.test_picker import (
     ASKS,
     TIMEOUT,
@@ -33,7 +32,6 @@ from tests.router.epp.test_picker import (
     chat,
     config_for,
     engine_app,
-    first_record,
     picker_front,
     post,
     proxy_front,
@@ -65,7 +63,7 @@ async def test_an_engine_with_counters_only_gets_its_acceptance_read_as_in_proxy
             before = mtp.drafted_total, mtp.accepted_total
             status, headers, _ = await post(front.url + "/chat/completions", TECHNICAL)
             assert status == 200 and headers["x-specroute-backend"] == "mtp-0"
-            await first_record(front.sink)
+            await logged(front.sink)
             outcome = front.sink.records[0].outcome
             assert outcome.spec_source == "prometheus"
             assert (outcome.draft_n, outcome.draft_accepted) == (
@@ -156,7 +154,7 @@ async def test_the_engine_gets_the_headers_the_proxy_sends(
         for front in (proxy, picker):
             status, _, body = await post(front.url + "/chat/completions", chat(ASKS[1]), client)
             assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 400
-            await first_record(front.sink)
+            await logged(front.sink)
             assert front.sink.records[0].outcome.completion_tokens == 400  # read, not gzip
     by_proxy, by_picker = seen
     for headers in (by_proxy, by_picker):
@@ -215,7 +213,7 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     await exchange.on(ext_proc.ProcessingRequest(response_body=end))
     assert exchange.answered
     await exchange.finish()
-    await first_record(sink)
+    await logged(sink)
     outcome = sink.records[0].outcome
     assert (outcome.backend, outcome.failover_from) == (order[2], tuple(order[:2]))
     pool, now = app[POOL], app[DEPS].clock()
@@ -243,10 +241,7 @@ async def test_an_answer_cut_short_is_recorded_as_cut_never_timed_nor_the_conver
             with pytest.raises(aiohttp.ClientPayloadError):
                 await response.read()
         response.close()
-        for _ in range(100):  # bounded: 5 s
-            if picker.sink.records:
-                break
-            await asyncio.sleep(0.05)
+        await logged(picker.sink)
         app = picker.app
         assert sum(app[POOL].known_inflight(name, app[DEPS].clock())
                    for name in app[POOL].names) == 0  # the instance is free again

@@ -30,7 +30,7 @@ from router.config import Config, LogConfig, SupervisorConfig
 from router.epp.server import PickerConfigError, check_endpoints, serve_grpc
 from router.state import DEPS, POOL, Deps
 from tests.backends.local.test_envoy import envoy_running, require_envoy
-from tests.router.conftest import ListSink, ServerFactory, gb10_policy
+from tests.router.conftest import ListSink, ServerFactory, gb10_policy, logged
 
 ROOT = Path(__file__).resolve().parents[3]
 ORIGINAL_DST = ROOT / "deploy" / "envoy" / "envoy.yaml"
@@ -136,10 +136,8 @@ async def test_the_picker_chooses_what_the_proxy_chooses_and_logs_the_same_recor
             for front in (proxy, picker):
                 status, _, _ = await post(front.url + "/chat/completions", chat(ask))
                 assert status == 200, front
-        for _ in range(100):  # bounded: 5 s (records are written as each request finishes)
-            if len(picker.sink.records) >= len(ASKS):
-                break
-            await asyncio.sleep(0.05)
+        await logged(picker.sink, len(ASKS))
+    await logged(proxy.sink, len(ASKS))
     assert len(picker.sink.records) == len(proxy.sink.records) == len(ASKS)
     served = {r.outcome.backend for r in proxy.sink.records}
     assert served == {"mtp-0", "plain-0"}  # the asks exercise both instances
@@ -188,11 +186,7 @@ async def test_a_dead_instance_gets_the_fallback(
         status, headers, body = await post(picker.url + "/chat/completions", chat(ASKS[0]))
         assert status == 200 and json.loads(body)["choices"]
         assert headers["x-specroute-backend"] == "plain-0"
-        for _ in range(100):  # bounded: 5 s
-            if picker.sink.records:
-                break
-            await asyncio.sleep(0.05)
-        record = picker.sink.records[0]
+        record = (await logged(picker.sink))[0]
         assert record.outcome.backend == "plain-0"
         assert record.outcome.failover_from == ("mtp-0",)
         # the next one does not try the dead instance first: it is marked failed for a while
@@ -383,7 +377,7 @@ async def test_a_json_answer_in_pieces_reaches_the_client_whole_and_is_read(
     e = await chunked_engines(aiohttp_server, pieces)
     async with picker_front(aiohttp_server, tmp_path, e) as picker:
         status, headers, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
-        await first_record(picker.sink)
+        await logged(picker.sink)
     assert status == 200 and through == answer
     assert headers["x-specroute-backend"] in e.servers
     outcome = picker.sink.records[0].outcome
@@ -405,7 +399,7 @@ async def test_an_answer_over_envoy_s_buffer_limit_reaches_the_client_whole_and_
                               [answer[i:i + size] for i in range(0, len(answer), size)])
     async with picker_front(aiohttp_server, tmp_path, e) as picker:
         status, _, through = await post(picker.url + "/chat/completions", chat(ASKS[1]))
-        await first_record(picker.sink)
+        await logged(picker.sink)
     assert status == 200 and through == answer
     assert picker.sink.records[0].outcome.completion_tokens == 600_000
 
@@ -417,13 +411,6 @@ async def chunked_engines(aiohttp_server: ServerFactory, pieces: list[bytes]) ->
     specs = [BackendSpec(name=name, engine="llamacpp", profile=name.split("-")[0],
                          url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
     return Engines({}, servers, specs)
-
-
-async def first_record(sink: Any) -> None:
-    for _ in range(100):  # bounded: 5 s
-        if sink.records:
-            return
-        await asyncio.sleep(0.05)
 
 
 def event(payload: dict[str, Any]) -> bytes:
