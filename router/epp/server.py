@@ -73,8 +73,11 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
                     await context.write(response)
                 if exchange.answered:  # accounted once the client has the answer's end
                     await exchange.finish()
-        finally:  # the stream ended: the answer did, or it was cut short
-            await exchange.finish(cut_short=True)
+        finally:
+            # The stream ended. Envoy may end it as soon as it has the last chunk's answer,
+            # before this loop wakes from writing it (seen under load): cut short only if the
+            # answer had not ended.
+            await exchange.finish(cut_short=not exchange.answered)
 
 
 @contextlib.asynccontextmanager

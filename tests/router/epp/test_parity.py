@@ -5,12 +5,15 @@ what the picker records of instances passed and of an answer that broke off."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 from aiohttp import web
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
@@ -23,6 +26,7 @@ from router.app import create_app
 from router.config import Limits
 from router.epp import messages
 from router.epp.exchange import Exchange, endpoint_of
+from router.epp.server import Picker
 from router.state import DEPS, POOL, SESSIONS, Deps
 from tests.router.conftest import ListSink, ServerFactory, logged
 from tests.router.epp.test_picker import (
@@ -202,12 +206,7 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     named = {endpoint_of(s.base_url): s.name for s in specs}
     order = [named[endpoint] for endpoint in destinations(picked)]
     assert len(order) >= 3
-    answered = headers_message({":status": "200", "content-type": "application/json"}, False,
-                               response=True)
-    attributes = answered.attributes[messages.FILTER]
-    attributes.fields[messages.UPSTREAM_ADDRESS].string_value = destinations(picked)[2]
-    attributes.fields[messages.CODE_DETAILS].string_value = "via_upstream"
-    await exchange.on(answered)
+    await exchange.on(answered_by(destinations(picked)[2]))
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
     end = ext_proc.HttpBody(body=json.dumps(answer).encode(), end_of_stream=True)
     await exchange.on(ext_proc.ProcessingRequest(response_body=end))
@@ -218,6 +217,66 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     assert (outcome.backend, outcome.failover_from) == (order[2], tuple(order[:2]))
     pool, now = app[POOL], app[DEPS].clock()
     assert [pool.runtime(name).failed_until > now for name in order[:3]] == [True, True, False]
+
+
+def answered_by(endpoint: str) -> ext_proc.ProcessingRequest:
+    """Envoy's message of the answer's headers, from the instance at `endpoint`."""
+    message = headers_message({":status": "200", "content-type": "application/json"}, False,
+                              response=True)
+    attributes = message.attributes[messages.FILTER]
+    attributes.fields[messages.UPSTREAM_ADDRESS].string_value = endpoint
+    attributes.fields[messages.CODE_DETAILS].string_value = "via_upstream"
+    return message
+
+
+class ResetAfterTheLastAnswer:
+    """grpc's servicer context as Envoy drives one request, the answer coming from the instance
+    the picker named first. Envoy resets the stream as soon as it has the answer to the last
+    chunk: the picker's write of it is cancelled before it returns (seen under load)."""
+
+    def __init__(self, request: list[ext_proc.ProcessingRequest], answer: bytes) -> None:
+        self.steps = [*request, None, ext_proc.ProcessingRequest(
+            response_body=ext_proc.HttpBody(body=answer, end_of_stream=True))]
+        self.written: list[ext_proc.ProcessingResponse] = []
+
+    async def read(self) -> Any:
+        if not self.steps:
+            return grpc.aio.EOF
+        step = self.steps.pop(0)
+        return step if step is not None else answered_by(destinations(self.written)[0])
+
+    async def write(self, response: ext_proc.ProcessingResponse) -> None:
+        self.written.append(response)
+        if not self.steps:
+            raise asyncio.CancelledError  # how grpc.aio ends a handler whose stream was reset
+
+    async def messages(self) -> AsyncIterator[ext_proc.ProcessingRequest]:
+        """The iterator form grpc.aio also passes (the picker reads the context itself)."""
+        while (step := await self.read()) is not grpc.aio.EOF:
+            yield step
+
+
+async def test_a_stream_envoy_resets_once_the_answer_ended_is_a_served_turn_not_a_cut_one(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    e = await sim_engines(aiohttp_server)
+    sink = ListSink()
+    app = create_app(config_for(e, tmp_path, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    request = [headers_message({":method": "POST", ":path": "/v1/chat/completions",
+                                "content-type": "application/json",
+                                "x-specroute-conversation": "c-reset"}, False),
+               ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+                   body=json.dumps(chat(ASKS[1])).encode(), end_of_stream=True))]
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+              "usage": {"prompt_tokens": 30, "completion_tokens": 1}}
+    stream = ResetAfterTheLastAnswer(request, json.dumps(answer).encode())
+    with pytest.raises(asyncio.CancelledError):
+        await Picker(app, fallbacks=False).Process(stream.messages(), stream)  # type: ignore[arg-type]
+    outcome = (await logged(sink))[0].outcome
+    assert not outcome.client_disconnected  # the answer had ended: Envoy had it all
+    assert len(app[SESSIONS]) == 1  # the turn's instance holds the conversation now
+    assert sum(app[POOL].known_inflight(name, app[DEPS].clock()) for name in app[POOL].names) == 0
 
 
 @pytest.mark.parametrize("how", ["the engine breaks off", "the client leaves"])
@@ -245,7 +304,7 @@ async def test_an_answer_cut_short_is_recorded_as_cut_never_timed_nor_the_conver
         app = picker.app
         assert sum(app[POOL].known_inflight(name, app[DEPS].clock())
                    for name in app[POOL].names) == 0  # the instance is free again
-        assert app[SESSIONS].get("cut-1", app[DEPS].clock()) is None
+        assert len(app[SESSIONS]) == 0  # not the conversation's home
     record = picker.sink.records[0]
     assert record.outcome.client_disconnected
     observation = observation_from_record(record)
