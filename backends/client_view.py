@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from backends.jsonedit import drop_member
-from backends.measure import StreamMeter, is_usage_only
-from backends.sse import SSESplitter, event_json, loads_or_none
+from backends.measure import StreamMeter, is_final_event, is_usage_only
+from backends.sse import SSESplitter, event_json, is_done, loads_or_none
 
 _META_INFO_ARRAYS: Final = frozenset({"choices"})  # SGLang puts meta_info at the top and per choice
 
@@ -47,11 +47,13 @@ def client_body(body: bytes, payload: object, added: Added) -> bytes:
 def client_events(splitter: SSESplitter, chunk: bytes, meter: StreamMeter, added: Added,
                   now: float) -> bytes:
     """The events `chunk` completes, each measured, as the client gets them (an event cut
-    short waits in `splitter` for its end)."""
+    short waits in `splitter` for its end); the stream's last event noted on the meter."""
     kept = []
     for raw in splitter.feed(chunk):
         payload = event_json(raw)
         meter.observe(payload, now)
+        if is_final_event(payload) or (payload is None and is_done(raw)):
+            meter.ended = True
         event = client_event(raw, payload, added)
         if event is not None:
             kept.append(event)

@@ -13,9 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from backends.stats import EMPTY, UpstreamReport, merge, read_report
+
+# The last event of an Anthropic messages stream and of an OpenAI responses stream (chat and
+# completions streams end with `data: [DONE]`, which carries no JSON: backends/sse.is_done).
+FINAL_EVENT_TYPES: Final = frozenset(
+    {"message_stop", "response.completed", "response.incomplete", "response.failed"})
 
 
 @dataclass(slots=True)
@@ -25,6 +30,7 @@ class StreamMeter:
     last_content_at: float | None = None
     content_events: int = 0
     report: UpstreamReport = field(default=EMPTY)
+    ended: bool = False  # the stream's last event has passed (`is_final_event`)
     text_cap: int = 0
     _text: list[str] = field(default_factory=list)
     _text_len: int = 0
@@ -58,6 +64,12 @@ class StreamMeter:
         if first is None or last is None or last <= first or tokens < 2:
             return None
         return round((tokens - 1) / (last - first), 3)
+
+
+def is_final_event(payload: Any) -> bool:
+    """Whether a parsed event is its stream's last (Anthropic's `message_stop`, the responses
+    API's `response.completed` and its kin)."""
+    return isinstance(payload, Mapping) and payload.get("type") in FINAL_EVENT_TYPES
 
 
 def carries_content(payload: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ import orjson
 
 _BOUNDARY: Final = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 MAX_EVENT_BYTES: Final = 16 * 2**20  # beyond this, flush what we have rather than grow forever
+_DONE: Final = b"[DONE]"
 
 
 class SSESplitter:
@@ -57,10 +58,16 @@ def event_data(raw: bytes) -> bytes | None:
     return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
 
 
+def is_done(raw: bytes) -> bool:
+    """Whether the event is `data: [DONE]`, the last of an OpenAI chat or completions stream."""
+    data = event_data(raw)
+    return data is not None and data.startswith(_DONE)
+
+
 def event_json(raw: bytes) -> Any:
     """The event's data as JSON, or None (comments, `[DONE]`, non-JSON data)."""
     data = event_data(raw)
-    if data is None or data.startswith(b"[DONE]"):
+    if data is None or data.startswith(_DONE):
         return None
     return loads_or_none(data)
 

@@ -288,6 +288,13 @@ class Exchange:
                             self.added, self.app[state.DEPS].clock())
         return out if self.added.meta_info else b""  # else its chunks went on as they were
 
+    def complete(self) -> bool:
+        """Whether the answer reached its end: Envoy said so, or the stream's last event went
+        on to the client. A client that stops reading there (the openai SDK does, at `[DONE]`)
+        may hang up before the engine's closing chunk passes; Envoy then resets the stream
+        with the answer whole at the client (seen in `specroute demo --front envoy`)."""
+        return self.answered or (self.sending is not None and self.sending.result.meter.ended)
+
     async def finish(self, *, cut_short: bool = False) -> None:
         """The request is over: release the instance and account for it, once. Cut short,
         the stream ended before the answer did, and which end cut it Envoy does not say: it

@@ -75,9 +75,9 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
                     await exchange.finish()
         finally:
             # The stream ended. Envoy may end it as soon as it has the last chunk's answer,
-            # before this loop wakes from writing it (seen under load): cut short only if the
-            # answer had not ended.
-            await exchange.finish(cut_short=not exchange.answered)
+            # before this loop wakes from writing it (seen under load), or when the client
+            # left after the last event: cut short only if the answer had not ended.
+            await exchange.finish(cut_short=not exchange.complete())
 
 
 @contextlib.asynccontextmanager

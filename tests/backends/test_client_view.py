@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.client_view import Added, client_body, client_event
-from backends.measure import is_usage_only
+from backends.client_view import Added, client_body, client_event, client_events
+from backends.measure import StreamMeter, is_usage_only
 from backends.sse import SSESplitter, event_json
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
@@ -62,3 +62,26 @@ def test_meta_info_is_cut_from_a_json_body_only_when_the_proxy_asked_for_it() ->
     assert client_body(body, payload, Added(meta_info=True)) == (
         '{"id": "x", "choices": [{"text": "é"}]}'.encode())
     assert client_body(body, payload, Added(usage=True)) == body
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_the_stream_has_ended_once_its_done_event_passed_and_not_before(name: str) -> None:
+    raw = (RECORDINGS / name).read_bytes()
+    done = raw.rindex(b"data: [DONE]")
+    meter, splitter = StreamMeter(started_at=0.0), SSESplitter()
+    client_events(splitter, raw[:done + 8], meter, Added(), 1.0)  # [DONE] not yet whole
+    assert not meter.ended and meter.content_events > 0
+    client_events(splitter, raw[done + 8:], meter, Added(), 2.0)
+    assert meter.ended
+
+
+@pytest.mark.parametrize(("last", "ends"), [
+    (b'event: message_stop\ndata: {"type":"message_stop"}\n\n', True),  # Anthropic messages
+    (b'data: {"type":"response.completed","response":{"id":"r"}}\n\n', True),  # responses API
+    (b'data: {"type":"response.output_text.delta","delta":"hi"}\n\n', False),
+    (b'data: {"note":"[DONE]"}\n\n', False),  # the words, not the event
+])
+def test_each_api_s_last_event_ends_its_stream(last: bytes, ends: bool) -> None:
+    meter = StreamMeter(started_at=0.0)
+    assert client_events(SSESplitter(), last, meter, Added(), 1.0) == last
+    assert meter.ended is ends

@@ -219,9 +219,10 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     assert [pool.runtime(name).failed_until > now for name in order[:3]] == [True, True, False]
 
 
-def answered_by(endpoint: str) -> ext_proc.ProcessingRequest:
+def answered_by(endpoint: str, content_type: str = "application/json",
+                ) -> ext_proc.ProcessingRequest:
     """Envoy's message of the answer's headers, from the instance at `endpoint`."""
-    message = headers_message({":status": "200", "content-type": "application/json"}, False,
+    message = headers_message({":status": "200", "content-type": content_type}, False,
                               response=True)
     attributes = message.attributes[messages.FILTER]
     attributes.fields[messages.UPSTREAM_ADDRESS].string_value = endpoint
@@ -229,21 +230,24 @@ def answered_by(endpoint: str) -> ext_proc.ProcessingRequest:
     return message
 
 
-class ResetAfterTheLastAnswer:
+class ResetAfterTheLastChunk:
     """grpc's servicer context as Envoy drives one request, the answer coming from the instance
-    the picker named first. Envoy resets the stream as soon as it has the answer to the last
-    chunk: the picker's write of it is cancelled before it returns (seen under load)."""
+    the picker named first in one chunk. Envoy resets the stream as soon as it has the picker's
+    answer to that chunk: the picker's write of it is cancelled before it returns."""
 
-    def __init__(self, request: list[ext_proc.ProcessingRequest], answer: bytes) -> None:
+    def __init__(self, request: list[ext_proc.ProcessingRequest], content_type: str,
+                 answer: bytes, end_of_stream: bool) -> None:
+        self.content_type = content_type
         self.steps = [*request, None, ext_proc.ProcessingRequest(
-            response_body=ext_proc.HttpBody(body=answer, end_of_stream=True))]
+            response_body=ext_proc.HttpBody(body=answer, end_of_stream=end_of_stream))]
         self.written: list[ext_proc.ProcessingResponse] = []
 
     async def read(self) -> Any:
         if not self.steps:
             return grpc.aio.EOF
         step = self.steps.pop(0)
-        return step if step is not None else answered_by(destinations(self.written)[0])
+        return step if step is not None else answered_by(destinations(self.written)[0],
+                                                         self.content_type)
 
     async def write(self, response: ext_proc.ProcessingResponse) -> None:
         self.written.append(response)
@@ -256,8 +260,21 @@ class ResetAfterTheLastAnswer:
             yield step
 
 
-async def test_a_stream_envoy_resets_once_the_answer_ended_is_a_served_turn_not_a_cut_one(
-        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+WORDS = b"".join(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]})
+                 .encode() + b"\n\n" for w in ("Par", "is"))
+ENDED_AT_THE_CLIENT = {
+    # Envoy had the answer's end (under load: the reset came before the write returned)
+    "the end, then a reset": ("application/json", json.dumps(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+         "usage": {"prompt_tokens": 30, "completion_tokens": 1}}).encode(), True),
+    # the openai SDK stops reading at [DONE] and hangs up before the engine's closing chunk
+    "[DONE], then the client left": ("text/event-stream", WORDS + b"data: [DONE]\n\n", False),
+}
+
+
+@pytest.mark.parametrize("how", [*ENDED_AT_THE_CLIENT, "cut before [DONE]"])
+async def test_a_stream_reset_once_the_answer_ended_is_a_served_turn_not_a_cut_one(
+        aiohttp_server: ServerFactory, tmp_path: Path, how: str) -> None:
     e = await sim_engines(aiohttp_server)
     sink = ListSink()
     app = create_app(config_for(e, tmp_path, "epp"),
@@ -267,15 +284,16 @@ async def test_a_stream_envoy_resets_once_the_answer_ended_is_a_served_turn_not_
                                 "content-type": "application/json",
                                 "x-specroute-conversation": "c-reset"}, False),
                ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
-                   body=json.dumps(chat(ASKS[1])).encode(), end_of_stream=True))]
-    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
-              "usage": {"prompt_tokens": 30, "completion_tokens": 1}}
-    stream = ResetAfterTheLastAnswer(request, json.dumps(answer).encode())
+                   body=json.dumps(chat({**ASKS[1], "stream": True})).encode(),
+                   end_of_stream=True))]
+    answer = ENDED_AT_THE_CLIENT.get(how, ("text/event-stream", WORDS, False))
+    stream = ResetAfterTheLastChunk(request, *answer)
     with pytest.raises(asyncio.CancelledError):
         await Picker(app, fallbacks=False).Process(stream.messages(), stream)  # type: ignore[arg-type]
     outcome = (await logged(sink))[0].outcome
-    assert not outcome.client_disconnected  # the answer had ended: Envoy had it all
-    assert len(app[SESSIONS]) == 1  # the turn's instance holds the conversation now
+    served = how in ENDED_AT_THE_CLIENT
+    assert outcome.client_disconnected is not served
+    assert len(app[SESSIONS]) == int(served)  # a served turn's instance holds the conversation
     assert sum(app[POOL].known_inflight(name, app[DEPS].clock()) for name in app[POOL].names) == 0
 
 
