@@ -31,6 +31,9 @@ class Outcome:
     error: str = ""
     backend: str = ""
     profile: str = ""
+    # the speculation config of the instance that served it (backends.spec `spec_key`);
+    # optional in schema_version 1: absent, the profile names it
+    spec: str = ""
     ttft_ms: float | None = None
     total_ms: float | None = None
     prompt_tokens: int | None = None
