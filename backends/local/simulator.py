@@ -1,12 +1,25 @@
 """A simulated OpenAI-compatible engine: a real aiohttp server for tests, demos and benchmarks.
 
 It answers chat completions, completions, Anthropic messages, responses, models and embeddings,
-as JSON or SSE, emitting a deterministic reply (the same bytes whatever the profile, like real
-lossless speculation) at the pace of the depth-1 cost model (ARCHITECTURE.md):
-a plain step costs `t_plain`; with MTP-1, a cycle is skipped by the margin gate with
-probability `gate_skip` (one token, `t_plain + t_draft`) or verified (`t_verify + t_draft`,
-`1 + acceptance` tokens). Acceptance is per workload class, which `class_of(body)` decides.
-It reports llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`) and OpenAI `usage`.
+as JSON or SSE. The reply depends on the request, never on the instance (like real lossless
+speculation): an ask to edit quoted code or text re-emits the quote with a small change,
+anything else is deterministic words (`simreply`). It is paced by one of three decoders:
+
+- plain: every token costs `t_plain`;
+- MTP-1 (profile `mtp`, the depth-1 cost model of ARCHITECTURE.md): a cycle is skipped by the
+  margin gate with probability `gate_skip` (one token, `t_plain + t_draft`) or verified
+  (`t_verify + t_draft`, `1 + acceptance` tokens). Acceptance is per workload class, which
+  `class_of(body)` decides;
+- n-gram prompt lookup (`speculation="ngram"`): when the reply's last `ngram_match` tokens
+  occur in the prompt, the prompt's next tokens (up to `depth`) are the draft, accepted while
+  they go on matching the reply; a cycle of k drafted tokens is one verify of k + 1 rows
+  (`CostModel.verify_ms`: a plain step plus `row_ms` per row beyond the first) and commits the
+  accepted ones plus one; no draft model, so no draft cost. Where nothing matches (free text)
+  it decodes at plain pace plus the lookup's small overhead (`lookup_share` of a plain step).
+  Acceptance thus follows how much of the answer is in the prompt.
+
+It reports llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`; the n-gram instance only
+when it drafted, as llama.cpp) and OpenAI `usage`.
 
 Scripted faults let tests exercise failover: refuse, fail with a status before any byte,
 die after N chunks, delay the first byte, hang.
@@ -25,6 +38,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from backends.local.simreply import Lookup, accepted, edit_of, prompt_text, tokenize
+
 WORDS = ["the", "of", "and", "to", "in", "is", "for", "that", "on", "with", "as", "by", "this", "are", "be", "from", "at", "it", "an", "or", "which", "can", "model", "token", "decode", "draft", "verify", "cycle", "cache", "speculative", "request", "route", "backend", "plain"]
 
 
@@ -36,6 +51,21 @@ class CostModel:
     t_verify_ms: float = 108.0
     t_draft_ms: float = 4.0
     gate_skip: float = 0.44
+    # A verify's cost per row beyond the first (0: the 2-row verify's own, t_verify - t_plain),
+    # and the n-gram lookup's overhead per step, as a share of a plain step: llama.cpp's
+    # ngram-simple decoded a short story at 66.5 ms/token against plain's 64.9 on 2 cores.
+    t_row_ms: float = 0.0
+    lookup_share: float = 0.025
+
+    @property
+    def row_ms(self) -> float:
+        return self.t_row_ms or max(0.0, self.t_verify_ms - self.t_plain_ms)
+
+    def verify_ms(self, rows: int) -> float:
+        """One verify of `rows` rows (the draft plus the token after it): the cost grows with
+        the rows, linearly at `row_ms` each past the first (a 2-row verify is `t_verify`
+        unless `t_row_ms` says otherwise)."""
+        return self.t_plain_ms + max(0, rows - 1) * self.row_ms
 
 
 # Machines whose step costs differ from the GB10's, so that a learner is tried on machines its
@@ -47,13 +77,16 @@ class CostModel:
 #   speculation loses on every class (26-35%);
 # - `cheap-verify`: a verify barely dearer than a plain step: speculation wins on every class;
 # - `cpu-pair`: like the README's llama.cpp pair on 2 CPU cores (no margin gate, a verify ~2.8
-#   plain steps), at the GB10's pace: speculation loses on every class.
+#   plain steps with the draft model's time in it), at the GB10's pace: speculation loses on
+#   every class. Without a draft model a verify costs a quarter of a plain step per extra row
+#   (`t_row_ms`: ngram-simple returned a renamed module at 20.6 ms/token against plain's 68.1).
 MACHINES: Final[Mapping[str, CostModel]] = {
     "gb10": CostModel(),
     "gb10-like": CostModel(t_plain_ms=25.0, t_verify_ms=39.7, t_draft_ms=1.5, gate_skip=0.44),
     "slow-verify": CostModel(t_plain_ms=20.0, t_verify_ms=38.0, t_draft_ms=12.0, gate_skip=0.0),
     "cheap-verify": CostModel(t_plain_ms=40.0, t_verify_ms=48.0, t_draft_ms=2.0, gate_skip=0.44),
-    "cpu-pair": CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0),
+    "cpu-pair": CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0,
+                          t_row_ms=17.5),
 }
 
 
@@ -70,6 +103,11 @@ class Fault:
 @dataclass
 class SimState:
     profile: str  # "mtp" | "plain"
+    # how it drafts: "" by its profile (mtp: MTP-1 with the margin gate), "ngram": prompt
+    # lookup of up to `depth` tokens keyed by the reply's last `ngram_match` tokens
+    speculation: str = ""
+    depth: int = 16
+    ngram_match: int = 4
     model: str = "sim-model"
     cost: CostModel = field(default_factory=CostModel)
     acceptance: Mapping[str, float] = field(default_factory=dict)  # class -> acceptance
@@ -233,10 +271,15 @@ class _Plan:
     draft_n: int
     accepted: int
     prompt_tokens: int = 8
+    verifies: int | None = None  # verify cycles (None: one per drafted token, as MTP-1)
 
     @property
     def total_s(self) -> float:
         return sum(self.step_s)
+
+    @property
+    def verify_ct(self) -> int:
+        return self.draft_n if self.verifies is None else self.verifies
 
 
 def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
@@ -247,15 +290,22 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
     rng = random.Random(seed)
     limit = body.get("max_tokens") or body.get("max_completion_tokens") or state.reply_tokens
     n = max(1, min(int(limit), state.reply_tokens))
-    tokens = tuple(rng.choice(WORDS) + " " for _ in range(n))
+    edit = edit_of(body)
+    if edit is not None:
+        tokens = tuple(tokenize(edit.reply())[:n])
+        n = len(tokens)
+    else:
+        tokens = tuple(rng.choice(WORDS) + " " for _ in range(n))
     cost = state.cost
-    acceptance = state.acceptance.get(state.class_of(body), state.default_acceptance)
     prompt = prompt_tokens_of(body)
     sampled = float(body.get("temperature") or 0) > 0
+    if state.speculation == "ngram":
+        return _ngram_plan(state, body, tokens, prompt)
     if state.profile != "mtp" or (sampled and state.greedy_only):
         return _Plan(tokens, tuple([cost.t_plain_ms / 1000] * n), 0, 0, prompt)
+    acceptance = state.acceptance.get(state.class_of(body), state.default_acceptance)
     steps: list[float] = []
-    draft_n = accepted = 0
+    draft_n = accepted_n = 0
     while len(steps) < n:
         if rng.random() < cost.gate_skip:
             steps.append((cost.t_plain_ms + cost.t_draft_ms) / 1000)
@@ -263,11 +313,37 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
         draft_n += 1
         cycle = (cost.t_verify_ms + cost.t_draft_ms) / 1000
         if rng.random() < acceptance and len(steps) + 2 <= n:
-            accepted += 1
+            accepted_n += 1
             steps += [cycle, 0.0]  # two tokens from one verify
         else:
             steps.append(cycle)
-    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted, prompt)
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt)
+
+
+def _ngram_plan(state: SimState, body: Mapping[str, Any], tokens: tuple[str, ...],
+                prompt: int) -> _Plan:
+    """Prompt lookup: each cycle drafts what follows the reply's last tokens in the prompt
+    (nothing: a plain step), one verify of the draft's rows plus one commits the accepted
+    tokens and one more. Every step pays the lookup's overhead."""
+    cost, n = state.cost, len(tokens)
+    lookup = Lookup(tokenize(prompt_text(body)), state.ngram_match)
+    overhead = cost.t_plain_ms * cost.lookup_share
+    steps: list[float] = []
+    draft_n = accepted_n = verifies = 0
+    at = 0
+    while at < n:
+        draft = lookup.draft(tokens, at, min(state.depth, n - at - 1))
+        if not draft:
+            steps.append((cost.t_plain_ms + overhead) / 1000)
+            at += 1
+            continue
+        took = accepted(draft, tokens, at)
+        verifies += 1
+        draft_n += len(draft)
+        accepted_n += took
+        steps += [(cost.verify_ms(len(draft) + 1) + overhead) / 1000] + [0.0] * took
+        at += took + 1
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt, verifies)
 
 
 def decode_plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
@@ -292,7 +368,8 @@ def _timings(plan: _Plan, state: SimState) -> dict[str, Any]:
         "predicted_ms": round(predicted_ms, 3),
         "predicted_per_second": round(len(plan.tokens) / predicted_ms * 1000, 3),
     }
-    if state.profile == "mtp":
+    if (state.profile == "mtp" and not state.speculation) or plan.draft_n:
+        # llama.cpp reports them when drafting ran (an MTP-1 instance always tries)
         timings.update(draft_n=plan.draft_n, draft_n_accepted=plan.accepted)
     return timings
 
@@ -334,7 +411,7 @@ def _with_stats(
         payload["timings"] = _timings(plan, state)
     elif state.stats == "meta_info" and body.get("return_meta_info") and payload.get("choices"):
         payload["choices"][0]["meta_info"] = {
-            "spec_verify_ct": plan.draft_n, "completion_tokens": len(plan.tokens),
+            "spec_verify_ct": plan.verify_ct, "completion_tokens": len(plan.tokens),
             "prompt_tokens": plan.prompt_tokens, "cached_tokens": 0,
         }
     return payload
