@@ -101,7 +101,7 @@ class BackendSpec(_Strict):
     engine: Engine = "openai"
     # the shorthand (mtp: depth-1 speculation, the method by launch.spec_method; plain: none),
     # or taken from `speculation` when that is given
-    profile: Profile = Field(None, validate_default=False)  # type: ignore[assignment]
+    profile: Profile = Field(None, validate_default=False)  # type: ignore[call-overload]
     speculation: Speculation | None = None
     url: str = Field("", description="base URL of a running server, e.g. http://127.0.0.1:8081")
     launch: LaunchSpec | None = None
