@@ -1,4 +1,5 @@
-"""Engine adapters: command lines with MTP-1 on and off, probes, request tweaks (pure tables)."""
+"""Engine adapters: command lines per speculation config (and the shorthand profiles), probes,
+request tweaks (pure tables)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from backends.engines import ADAPTERS, Command, EngineConfigError, adapter_for
+from backends.engines import ADAPTERS, Command, EngineConfigError, adapter_for, speculation_of
 from backends.spec import BackendSpec
 
 
@@ -70,6 +71,122 @@ def test_command_lines(
     assert adapter_for(backend).command(backend) == Command(argv=tuple(argv), env=env)
 
 
+def speculating(engine: str, speculation: dict[str, Any], **launch: Any) -> BackendSpec:
+    fields = {"model": "M", "port": 9000, **launch}
+    return BackendSpec.model_validate(
+        {"name": "b", "engine": engine, "speculation": speculation, "launch": fields}
+    )
+
+
+LLAMA = ["llama-server", "-m", "M", *HOST, "--metrics"]
+VLLM = ["vllm", "serve", "M", *HOST, "--speculative-config"]
+SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "M", *HOST, "--enable-metrics"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "speculation", "launch", "argv", "env"),
+    [
+        # llama.cpp: the type, its draft bound, each knob as --spec-KEY VALUE
+        ("llamacpp", {"type": "none"}, {"draft": "D"}, LLAMA, {}),
+        ("llamacpp", {"type": "draft", "depth": 1}, {"draft": "D"},
+         [*LLAMA, "-md", "D", "--spec-type", "draft-simple", "--spec-draft-n-max", "1"], {}),
+        ("llamacpp", {"type": "draft", "draft": "S", "depth": 4, "knobs": {"draft-p-min": 0.75}},
+         {"draft": "D"},
+         [*LLAMA, "-md", "S", "--spec-type", "draft-simple", "--spec-draft-n-max", "4",
+          "--spec-draft-p-min", "0.75"], {}),
+        ("llamacpp", {"type": "mtp"}, {},
+         [*LLAMA, "--spec-type", "draft-mtp"], {}),  # no depth: the engine's default (3)
+        ("llamacpp", {"type": "eagle3", "depth": 5}, {"draft": "E"},
+         [*LLAMA, "-md", "E", "--spec-type", "draft-eagle3", "--spec-draft-n-max", "5"], {}),
+        ("llamacpp", {"type": "ngram-simple"}, {"draft": "D"},
+         [*LLAMA, "--spec-type", "ngram-simple"], {}),  # an n-gram type loads no draft model
+        ("llamacpp", {"type": "ngram-simple", "depth": 16, "knobs": {"ngram-simple-size-n": 8}},
+         {}, [*LLAMA, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "16",
+              "--spec-ngram-simple-size-n", "8"], {}),
+        ("llamacpp", {"type": "ngram-mod", "depth": 32, "knobs": {"ngram-mod-n-match": 24}}, {},
+         [*LLAMA, "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "32",
+          "--spec-ngram-mod-n-match", "24"], {}),
+        ("llamacpp", {"type": "ngram-map-k", "depth": 8}, {},
+         [*LLAMA, "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-m", "8"], {}),
+        ("llamacpp", {"type": "ngram-map-k4v", "knobs": {"ngram-map-k4v-min-hits": 2}}, {},
+         [*LLAMA, "--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-min-hits", "2"], {}),
+        ("llamacpp", {"type": "ngram-cache"}, {}, [*LLAMA, "--spec-type", "ngram-cache"], {}),
+        # a true knob is a bare switch, a false one is left out; launch.args come last
+        ("llamacpp", {"type": "draft", "knobs": {"draft-backend-sampling": True,
+                                                "draft-n-min": 0, "x": False}},
+         {"draft": "D", "args": ["--ctx-size", "512"]},
+         [*LLAMA, "-md", "D", "--spec-type", "draft-simple", "--spec-draft-backend-sampling",
+          "--spec-draft-n-min", "0", "--ctx-size", "512"], {}),
+        # vLLM: one JSON, knobs merged
+        ("vllm", {"type": "none"}, {}, ["vllm", "serve", "M", *HOST], {}),
+        ("vllm", {"type": "mtp"}, {}, [*VLLM, '{"method":"mtp","num_speculative_tokens":1}'], {}),
+        ("vllm", {"type": "mtp", "depth": 2}, {},
+         [*VLLM, '{"method":"mtp","num_speculative_tokens":2}'], {}),
+        ("vllm", {"type": "draft"}, {"draft": "D"},
+         [*VLLM, '{"method":"draft_model","model":"D","num_speculative_tokens":3}'], {}),
+        ("vllm", {"type": "eagle3", "draft": "E", "depth": 4}, {},
+         [*VLLM, '{"method":"eagle3","model":"E","num_speculative_tokens":4}'], {}),
+        ("vllm", {"type": "eagle", "draft": "E"}, {},
+         [*VLLM, '{"method":"eagle","model":"E","num_speculative_tokens":3}'], {}),
+        ("vllm", {"type": "ngram", "depth": 5, "knobs": {"prompt_lookup_max": 4}}, {},
+         [*VLLM, '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}'], {}),
+        ("vllm", {"type": "suffix", "knobs": {"suffix_decoding_max_spec_factor": 2.0}}, {},
+         [*VLLM, '{"method":"suffix","suffix_decoding_max_spec_factor":2.0}'], {}),
+        # SGLang: depth d is d steps of a top-1 chain, d + 1 tokens with its root
+        ("sglang", {"type": "none"}, {}, SGLANG, {}),
+        ("sglang", {"type": "mtp", "depth": 3}, {},
+         [*SGLANG, "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], {}),
+        ("sglang", {"type": "mtp"}, {}, [*SGLANG, "--speculative-algorithm", "EAGLE"], {}),
+        ("sglang", {"type": "draft", "depth": 1}, {"draft": "D"},
+         [*SGLANG, "--speculative-draft-model-path", "D", "--speculative-algorithm",
+          "STANDALONE", "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+          "--speculative-num-draft-tokens", "2"], {}),
+        ("sglang", {"type": "eagle3", "draft": "E", "depth": 2}, {},
+         [*SGLANG, "--speculative-draft-model-path", "E", "--speculative-algorithm", "EAGLE3",
+          "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+          "--speculative-num-draft-tokens", "3"], {}),
+        ("sglang", {"type": "eagle", "draft": "E"}, {},
+         [*SGLANG, "--speculative-draft-model-path", "E", "--speculative-algorithm", "EAGLE"],
+         {}),
+        ("sglang", {"type": "ngram", "depth": 8, "knobs": {"ngram-max-bfs-breadth": 10}}, {},
+         [*SGLANG, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "9",
+          "--speculative-ngram-max-bfs-breadth", "10"], {}),
+        # ds4: its MTP head only, at any depth; knobs as --mtp-KEY
+        ("ds4", {"type": "none"}, {"draft": "MTP.gguf"}, ["ds4-server", "-m", "M", *HOST], {}),
+        ("ds4", {"type": "mtp", "depth": 2, "knobs": {"margin": 2.5}}, {"draft": "MTP.gguf"},
+         ["ds4-server", "-m", "M", *HOST, "--mtp", "MTP.gguf", "--mtp-draft", "2",
+          "--mtp-margin", "2.5"], {"DS4_MTP_CONTINUOUS": "1"}),
+        ("ds4", {"type": "mtp", "draft": "OTHER.gguf"}, {},
+         ["ds4-server", "-m", "M", *HOST, "--mtp", "OTHER.gguf", "--mtp-draft", "1"],
+         {"DS4_MTP_CONTINUOUS": "1"}),
+    ],
+)
+def test_speculation_configs_map_to_the_engines_flags(
+    engine: str, speculation: dict[str, Any], launch: dict[str, Any], argv: list[str],
+    env: dict[str, str],
+) -> None:
+    backend = speculating(engine, speculation, **launch)
+    assert adapter_for(backend).command(backend) == Command(argv=tuple(argv), env=env)
+
+
+@pytest.mark.parametrize(
+    ("engine", "profile", "launch"),
+    [("llamacpp", "mtp", {"draft": "D"}), ("llamacpp", "mtp", {}),
+     ("llamacpp", "mtp", {"draft": "D", "spec_method": "mtp"}), ("vllm", "mtp", {"draft": "D"}),
+     ("sglang", "mtp", {}), ("ds4", "mtp", {"draft": "MTP.gguf"}), ("vllm", "plain", {})],
+)
+def test_the_shorthand_profile_is_the_depth_1_config_it_names(
+    engine: str, profile: str, launch: dict[str, Any]
+) -> None:
+    shorthand = spec(engine, profile, **launch)
+    resolved = speculation_of(shorthand)
+    assert resolved.depth == (1 if profile == "mtp" else None)
+    declared = speculating(engine, resolved.model_dump(exclude_defaults=True), **launch)
+    adapter = adapter_for(shorthand)
+    assert adapter.command(declared) == adapter.command(shorthand)
+
+
 @pytest.mark.parametrize(
     ("backend", "message"),
     [
@@ -78,6 +195,19 @@ def test_command_lines(
         (spec("openai", "plain"), "cannot be launched; give its 'url'"),
         (BackendSpec(name="b", engine="vllm", profile="mtp", url="http://h:1"),
          "has no 'launch' block"),
+        (speculating("ds4", {"type": "mtp"}), "ds4 with profile mtp needs launch.draft"),
+        (speculating("llamacpp", {"type": "ngram-cache", "depth": 4}),
+         "ngram-cache drafts up to 8 tokens; it takes no depth"),
+        (speculating("llamacpp", {"type": "ngram-mod", "knobs": {"ngram-mod-n-max": 4}}),
+         "knob 'ngram-mod-n-max' is what the type and depth set"),
+        (speculating("llamacpp", {"type": "draft", "knobs": {"type": "ngram-mod"}}, draft="D"),
+         "knob 'type' is what the type and depth set"),
+        (speculating("vllm", {"type": "ngram", "knobs": {"num_speculative_tokens": 4}}),
+         "knob 'num_speculative_tokens' is what the type and depth set"),
+        (speculating("sglang", {"type": "mtp", "knobs": {"num-steps": 2}}),
+         "knob 'num-steps' is what the type and depth set"),
+        (speculating("ds4", {"type": "mtp", "knobs": {"draft": 2}}, draft="MTP.gguf"),
+         "knob 'draft' is what the type and depth set"),
     ],
 )
 def test_impossible_launches_are_clear_errors(backend: BackendSpec, message: str) -> None:

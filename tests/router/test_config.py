@@ -53,6 +53,50 @@ def test_bad_configs_are_located(tmp_path: Path, text: str, expected: str) -> No
     assert expected.replace("config.yaml", str(path)) in str(info.value)
 
 
+SPECULATING = """\
+backends:
+  - {name: plain-0, engine: ENGINE, profile: plain, url: "http://127.0.0.1:8082"}
+  - name: spec-0
+    engine: ENGINE
+    speculation: SPECULATION
+    launch: {model: m.gguf, port: 8090}
+"""
+
+
+@pytest.mark.parametrize(
+    ("engine", "speculation", "expected"),
+    [
+        ("ds4", "{type: ngram-simple}",
+         ("config.yaml:3: backends.1: Value error, engine 'ds4' has no speculation type "
+          "'ngram-simple' (it has: mtp, none)")),
+        ("llamacpp", "{type: draft, depth: 1}",
+         ("config.yaml:3: backends.1: Value error, speculation type 'draft' needs a draft "
+          "model: speculation.draft or launch.draft")),
+        ("vllm", "{type: eagle3}",
+         "config.yaml:3: backends.1: Value error, speculation type 'eagle3' needs a draft model"),
+        ("llamacpp", "{type: ngram-simple, depth: 0}",
+         "config.yaml:5: backends.1.speculation.depth:"),
+    ],
+)
+def test_a_speculation_the_engine_cannot_run_is_located(
+    tmp_path: Path, engine: str, speculation: str, expected: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SPECULATING.replace("ENGINE", engine).replace("SPECULATION", speculation))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert expected.replace("config.yaml", str(path)) in str(info.value)
+
+
+def test_a_declared_speculation_loads_with_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SPECULATING.replace("ENGINE", "llamacpp").replace(
+        "SPECULATION", "{type: ngram-mod, knobs: {ngram-mod-n-match: 24}}"))
+    plain, ngram = load_config(path).backends
+    assert (plain.spec_key, ngram.spec_key, ngram.profile) == ("plain", "ngram-mod", "mtp")
+    assert ngram.speculation is not None and ngram.speculation.knobs == {"ngram-mod-n-match": 24}
+
+
 def test_serve_refuses_a_bad_config_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(GOOD + "colour: blue\n")
