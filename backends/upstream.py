@@ -67,6 +67,7 @@ class Target:
     profile: str
     base_url: str
     api_key: str = ""
+    spec: str = ""  # its speculation config's key (backends.spec `spec_key`)
 
 
 @dataclass(slots=True)
@@ -76,6 +77,7 @@ class ForwardResult:
     meter: StreamMeter
     backend: str = ""
     profile: str = ""
+    spec: str = ""
     status: int = 0
     error: str = ""
     failover_from: list[str] = field(default_factory=list)
@@ -83,14 +85,14 @@ class ForwardResult:
     sent_at: float | None = None  # when the first attempt left the proxy
 
     def trying(self, target: Target) -> None:
-        self.backend, self.profile = target.name, target.profile
+        self.backend, self.profile, self.spec = target.name, target.profile, target.spec
 
     def passed(self, why: str) -> None:
         """The target being tried could not serve it (before the first byte): the next one is
         tried, and the caller marks this one failed (`failover_from`)."""
         self.failover_from.append(self.backend)
         self.error = f"{self.backend}: {why}"
-        self.backend = self.profile = ""
+        self.backend = self.profile = self.spec = ""
 
     def took(self, status: int) -> None:
         """The target being tried answered with `status`: its answer is the request's."""

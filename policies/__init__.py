@@ -21,7 +21,7 @@ from policies.learner.observation import (
     observations,
 )
 from policies.learner.pace import discount_note, far, paces, prior_note, prior_pace
-from policies.learner.routemodel import RouteEvidence, RouteModel, observe
+from policies.learner.routemodel import PLAIN_CONFIG, RouteEvidence, RouteModel, observe
 from policies.learner.shared import (
     EMPTY_SUMS,
     SharedSumsError,
@@ -30,7 +30,7 @@ from policies.learner.shared import (
     sums_to_json,
     total_sums,
 )
-from policies.learner.speedup import PriorTerms, class_inputs
+from policies.learner.speedup import MTP_CONFIG, PriorTerms, ScalarEvidence, class_inputs
 from policies.policyfile.pools import POOL_NAME
 from policies.policyfile.rewrite import Applied, apply_rewrite
 from policies.policyfile.schema import Policy
@@ -41,6 +41,8 @@ __all__ = [
     "DEFAULT_POLICY",
     "EMPTY_ARMS",
     "EMPTY_SUMS",
+    "MTP_CONFIG",
+    "PLAIN_CONFIG",
     "POOL_NAME",
     "PROBE_REASON",
     "ROUTE_WORDS",
@@ -60,6 +62,7 @@ __all__ = [
     "RouteEvidence",
     "RouteModel",
     "Routed",
+    "ScalarEvidence",
     "SessionTable",
     "SharedSumsError",
     "Snapshot",

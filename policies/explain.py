@@ -8,7 +8,7 @@ Pure: formatting only.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from policies.decision.decide import Decision
 from policies.learner.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
 from policies.learner.pace import Pace, paces, prior_note
 from policies.learner.routemodel import RouteModel
-from policies.learner.speedup import CLASS_INPUTS, INPUTS, Vector, class_inputs
+from policies.learner.speedup import CLASS_INPUTS, INPUTS, MTP_CONFIG, Vector, class_inputs
 from policies.policyfile.machine import MachinePrior
 from policies.policyfile.pools import PoolRoute, route_text
 from policies.policyfile.schema import Policy
@@ -87,32 +87,45 @@ def describe_policy(policy: Policy) -> list[str]:
     return lines
 
 
-def describe_model(model: RouteModel) -> list[str]:
-    """The route model: the prior it starts from and what the log has taught it."""
+def describe_model(model: RouteModel, configs: Iterable[str] = ()) -> list[str]:
+    """The route model: the prior it starts from and what the log has taught it, per
+    speculation config (those measured, and `configs`: the instances' own)."""
     p, e = model.prior, model.evidence
     prefill = ", ".join(f"{k} {model.prefill_ms_per_token(k):.2f} (n={v.n})"
                         for k, v in sorted(e.prefill.items())) or "(prior only)"
+    measured = paces(model, configs)
+    counts = ", ".join(f"{e.n_config(pace.profile)} on {pace.profile}" for pace in measured)
     lines = [
-        f"Route model: prior {p.name} ({p.source}); {e.greedy.n} greedy and {e.sampled.n}"
-        f" sampled mtp requests, {e.plain.n} plain requests learned from"
+        f"Route model: prior {p.name} ({p.source}); requests learned from: {counts}"
         + (f" (through {e.through})" if e.through else ""),
-        *(_pace_line(pace, p) for pace in paces(model)),
+        *(_pace_line(pace, p) for pace in measured),
         f"  prefill ms per uncached token: {prefill} (prior {p.prefill_ms_per_token:g})",
-        "  predicted mtp speedup for a request wholly of one class (median, ± sd of log):",
     ]
+    for pace in measured[1:]:
+        lines += _config_lines(model, pace.profile)
+    return lines
+
+
+def _config_lines(model: RouteModel, config: str) -> list[str]:
+    """One speculation config's predicted speedups per class and its feature weights."""
+    p = model.prior
+    lines = [(f"  predicted {config} speedup for a request wholly of one class (median, ± sd"
+              " of log):")]
     for cls in CLASSES:
-        prediction = model.posterior.predict(class_inputs(cls))
+        prediction = model.posterior.predict(class_inputs(cls), config)
+        prior = p.class_speedup.get(cls, 1.0) if config == MTP_CONFIG else 1.0
         lines.append(
             f"    {cls:<10} {prediction.speedup:6.3f} ± {prediction.sd:.3f}"
-            f"  (prior {p.class_speedup.get(cls, 1.0):.3f}); expected reply"
+            f"  (prior {prior:.3f}); expected reply"
             f" {model.completion_tokens(cls, 0):.0f} tokens"
         )
-    sampled = model.sampled_speedup()
+    sampled = model.sampled_speedup(config)
+    prior_sampled = p.sampled_speedup if config == MTP_CONFIG else 1.0
     lines.append(f"    sampled/thinking {sampled.speedup:.3f} ± {sampled.sd:.3f}"
-                 f" (prior {p.sampled_speedup:.3f})")
-    weights = model.posterior.weights()
+                 f" (prior {prior_sampled:.3f})")
+    weights = model.posterior.weights(config)
     shown = [n for n in INPUTS if n not in CLASS_INPUTS and n != "bias"]
-    lines.append("  feature weights on log-speedup (± sd): bias"
+    lines.append(f"  {config} feature weights on log-speedup (± sd): bias"
                  f" {weights['bias'][0]:+.3f} ± {weights['bias'][1]:.3f}; " + ", ".join(
                      f"{n} {weights[n][0]:+.3f} ± {weights[n][1]:.3f}" for n in shown))
     return lines
@@ -120,7 +133,8 @@ def describe_model(model: RouteModel) -> list[str]:
 
 def _pace_line(pace: Pace, prior: MachinePrior) -> str:
     """One kind of instance's pace: the model's median and 1-sd range, and where it comes from."""
-    what = "plain step" if pace.profile == "plain" else "mtp step (the average mtp request)"
+    what = ("plain step" if pace.profile == "plain"
+            else f"{pace.profile} step (the average request served there)")
     source = {"prior": "the prior alone, nothing measured yet",
               "probe": f"{pace.probes} startup probe{'s' if pace.probes != 1 else ''}",
               "log": f"{pace.n} requests, {pace.probes} of them startup probes"}[pace.source]

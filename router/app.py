@@ -154,11 +154,12 @@ async def _record_probe(app: web.Application) -> AsyncIterator[None]:
         sinks = app[SINKS]
         write_batch(sinks, records, app[SINK_HEALTH])  # as any batch of records
         model = app[ONLINE].model
-        plain, mtp = paces(model)
+        measured = paces(model, {b.spec_key for b in app[CONFIG].backends})
+        plain = measured[0]
         log.info("paces_measured", prior=model.prior.name, probes=len(records),
-                 plain_ms_per_token=round(plain.ms_per_token, 3),
-                 mtp_ms_per_token=round(mtp.ms_per_token, 3),
-                 speedup=round(plain.ms_per_token / mtp.ms_per_token, 3))
+                 ms_per_token={p.profile: round(p.ms_per_token, 3) for p in measured},
+                 speedup={p.profile: round(plain.ms_per_token / p.ms_per_token, 3)
+                          for p in measured[1:]})
         for note in measured_notes(records, model):
             log.warning("prior_discounted", detail=note)
     yield

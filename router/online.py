@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
@@ -27,12 +27,15 @@ from decisionlog.records import RouteRecord
 from policies import (
     EMPTY_ARMS,
     EMPTY_SUMS,
+    MTP_CONFIG,
+    PLAIN_CONFIG,
     ArmsState,
     Observation,
     PolicyStore,
     PriorTerms,
     RouteEvidence,
     RouteModel,
+    ScalarEvidence,
     Snapshot,
     Sums,
     class_inputs,
@@ -205,31 +208,47 @@ class OnlineModel:
         return RouteModel(snapshot.prior, evidence, self._terms[1])
 
 
-def model_status(model: RouteModel) -> dict[str, Any]:
-    """The speedup model for the dashboard and metrics: per class, the predicted speedup of a
-    request wholly of that class with its 1-sd range; the prior; the evidence; the weights."""
-    classes: dict[str, dict[str, float]] = {}
-    for cls in CLASSES:
-        p = model.posterior.predict(class_inputs(cls))
-        classes[cls] = {"value": p.speedup, "low": p.sample(-1.0), "high": p.sample(1.0),
-                        "prior": model.prior.class_speedup.get(cls, 1.0)}
-    sampled = model.sampled_speedup()
+def model_status(model: RouteModel, configs: Iterable[str] = ()) -> dict[str, Any]:
+    """The speedup model for the dashboard and metrics: per speculation config (those measured
+    and `configs`) and class, the predicted speedup of a request wholly of that class with its
+    1-sd range; the prior; the evidence; the weights. The top level's `classes`, `sampled` and
+    `weights` are the first config's (`mtp` when there is one)."""
+    measured = pace_status(model, configs)
+    names = [name for name in measured["pace"] if name != PLAIN_CONFIG]
+    first = MTP_CONFIG if MTP_CONFIG in names else names[0]
+    per_config = {name: _config_status(model, name) for name in names}
     return {
         "prior": model.prior.name,
-        "observations": model.evidence.greedy.n,
-        "sampled": {"value": sampled.speedup, "low": sampled.sample(-1.0),
-                    "high": sampled.sample(1.0), "n": model.evidence.sampled.n},
+        "observations": model.evidence.n_speculating,
         "t_plain_ms": model.t_plain_ms,
-        **pace_status(model),
-        "classes": classes,
-        "weights": {name: {"mean": m, "sd": s} for name, (m, s) in model.posterior.weights().items()},
+        **measured,
+        **per_config[first],
+        "configs": per_config,
     }
 
 
-def pace_status(model: RouteModel) -> dict[str, Any]:
-    """The paces the decisions use, where they come from (prior, probe, log), and what they say
-    of the prior (`/readyz`, the dashboard)."""
-    measured = paces(model)
+def _config_status(model: RouteModel, config: str) -> dict[str, Any]:
+    classes: dict[str, dict[str, float]] = {}
+    for cls in CLASSES:
+        p = model.posterior.predict(class_inputs(cls), config)
+        prior = model.prior.class_speedup.get(cls, 1.0) if config == MTP_CONFIG else 1.0
+        classes[cls] = {"value": p.speedup, "low": p.sample(-1.0), "high": p.sample(1.0),
+                        "prior": prior}
+    sampled = model.sampled_speedup(config)
+    weights = model.posterior.weights(config).items()
+    return {
+        "sampled": {"value": sampled.speedup, "low": sampled.sample(-1.0),
+                    "high": sampled.sample(1.0),
+                    "n": model.evidence.sampled.get(config, ScalarEvidence()).n},
+        "classes": classes,
+        "weights": {name: {"mean": m, "sd": s} for name, (m, s) in weights},
+    }
+
+
+def pace_status(model: RouteModel, configs: Iterable[str] = ()) -> dict[str, Any]:
+    """The paces the decisions use, per speculation config, where they come from (prior,
+    probe, log), and what they say of the prior (`/readyz`, the dashboard)."""
+    measured = paces(model, configs)
     notes = [note for note in (prior_note(model.prior, p) for p in measured) if note]
     return {"prior": model.prior.name, "pace": {p.profile: p.as_dict() for p in measured},
             "prior_notes": notes}

@@ -154,7 +154,7 @@ class BackendPool:
                                        len(running), pools=self._pools[b.spec.name],
                                        queued=queued_work(running, now, b.freed_at),
                                        tie_rank=self._tie_rank[b.spec.name],
-                                       contended=contended))
+                                       contended=contended, spec=b.spec.spec_key))
         return states
 
     def _mean_typical_ms(self) -> float:
@@ -354,6 +354,7 @@ class BackendPool:
             {
                 "name": b.spec.name,
                 "profile": b.spec.profile,
+                "speculation": b.spec.spec_key,
                 "pools": sorted(self._pools[b.spec.name]),
                 "engine": b.spec.engine,
                 "url": b.spec.base_url,
@@ -373,7 +374,7 @@ class BackendPool:
 
     @staticmethod
     def _target(spec: BackendSpec) -> Target:
-        return Target(spec.name, spec.profile, spec.base_url, spec.api_key)
+        return Target(spec.name, spec.profile, spec.base_url, spec.api_key, spec.spec_key)
 
 
 def _seen(seen: list[float], count: int, now: float) -> None:

@@ -37,6 +37,7 @@ def record_for(
         error=result.error,
         backend=result.backend,
         profile=result.profile,
+        spec=result.spec,
         ttft_ms=meter.ttft_ms(),
         total_ms=round((ended - started) * 1000, 3),
         prompt_tokens=report.prompt_tokens,

@@ -183,7 +183,7 @@ class ReplicaLink:
             return True  # overwritten by the next publish, from this replica's own log
         took = apply(sums)
         log.info("store_restored", replica=self.replica, through=sums.through,
-                 observations=sums.evidence.greedy.n + sums.evidence.sampled.n
+                 observations=sums.evidence.n_speculating
                  + sums.evidence.plain.n, in_force=took)
         return True
 

@@ -55,6 +55,13 @@ class BackendState:
     # the chance that a request sent here now meets another replica's, sent at the same moment
     # by one that did not know of this one (a free instance in another replica's share)
     contended: float = 0.0
+    # its speculation config: what the route model prices it by ('': its profile's shorthand,
+    # `mtp` or `plain`)
+    spec: str = ""
+
+    @property
+    def config(self) -> str:
+        return self.spec or self.profile
 
     def work(self) -> Queued:
         if self.queued is not None:

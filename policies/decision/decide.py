@@ -19,18 +19,18 @@ it for a named pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
-from policies.decision.finish import THIN_BELOW, Candidate, soonest
+from policies.decision.finish import THIN_BELOW, Candidate, soonest, spread_draw
 from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
-from policies.learner.routemodel import RouteModel
-from policies.learner.speedup import Prediction, inputs
+from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
+from policies.learner.speedup import MTP_CONFIG, Prediction, inputs
 from policies.policyfile.schema import Policy
 from policies.policyfile.words import Profile, Route
 
@@ -47,12 +47,16 @@ class Decision:
     service_ms: float = 0.0  # predicted prefill + decode on the chosen instance
     queue_ms: float = 0.0  # predicted work queued ahead of it there
     tokens: float = 0.0  # expected completion tokens
-    speedup: float | None = None  # predicted speedup of an mtp instance for this request
+    # predicted speedup for this request of the chosen instance's speculation config (of the
+    # likeliest to pay among the candidates' when a plain instance was chosen)
+    speedup: float | None = None
     speedup_sd: float | None = None  # its uncertainty (sd of the log-speedup)
     # the route model's probability that speculation pays for this request (speedup > 1): the
     # one `p_spec` there is, a view of the prediction that decided
     p_spec: float | None = None
     finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
+    config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
+    speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -68,6 +72,8 @@ class Decision:
             "speedup_sd": None if self.speedup_sd is None else round(self.speedup_sd, 4),
             "p_spec": None if self.p_spec is None else round(self.p_spec, 4),
             "finish_ms": {k: round(v, 1) for k, v in self.finish_ms.items()},
+            "config": self.config,
+            "speedups": {k: round(v, 4) for k, v in self.speedups.items()},
         }
 
 
@@ -101,21 +107,35 @@ def place(
     eligible = [b for b in healthy if allowed(b)]
     if not eligible and healthy:
         eligible, reason = healthy, f"{reason}+unhealthy_failover"
-    speedup = predict_speedup(policy, features, scores, model)
+    speedups = predict_speedups(policy, features, scores, model,
+                                {b.config for b in eligible} - {PLAIN_CONFIG}, z)
     tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
     held = ask.held
     sticky = held if held is not None and policy.stickiness.enabled else None
-    candidates = [candidate(b, features, model, speedup, z, sticky) for b in eligible]
+    candidates = [candidate(b, features, model, speedups.get(b.config), sticky) for b in eligible]
     choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
     if choice is None:
         return Decision(unserved, "", "no_healthy_backend", rule)
     chosen = choice.candidate
+    shown = _shown_speedup(speedups, chosen.config)
     return Decision(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
         explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
-        tokens=tokens, speedup=speedup.speedup, speedup_sd=speedup.sd,
-        p_spec=speedup.pays, finish_ms=dict(choice.finish_ms),
+        tokens=tokens, speedup=shown.speedup if shown else None,
+        speedup_sd=shown.sd if shown else None, p_spec=shown.pays if shown else None,
+        finish_ms=dict(choice.finish_ms), config=chosen.config,
+        speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
     )
+
+
+def _shown_speedup(speedups: Mapping[str, Drawn], chosen: str) -> Prediction | None:
+    """The prediction a decision logs: the chosen config's, or with a plain instance chosen
+    the speculating config likeliest to pay (None: no speculating candidate)."""
+    if chosen in speedups:
+        return speedups[chosen].prediction
+    if not speedups:
+        return None
+    return max((d.prediction for d in speedups.values()), key=lambda p: p.pays)
 
 
 def route_rule(
@@ -143,35 +163,63 @@ def route_rule(
     return None, AUTO_REASON, rule
 
 
+class Drawn(NamedTuple):
+    """One config's predicted log-speedup for a request, and its Thompson draw's speedup."""
+
+    prediction: Prediction
+    drawn: float
+
+
 def predict_speedup(
-    policy: Policy, features: Features, scores: Scores | None, model: RouteModel
+    policy: Policy, features: Features, scores: Scores | None, model: RouteModel,
+    config: str = MTP_CONFIG,
 ) -> Prediction:
-    """The request's predicted log-speedup on an mtp instance (greedy or not)."""
+    """The request's predicted log-speedup on an instance of `config` (greedy or not)."""
     if not _greedy_decoding(policy, features):  # reads no input: none built
-        return model.sampled_speedup()
-    return model.speedup(inputs(features.as_dict(), scores.scores if scores else None))
+        return model.sampled_speedup(config)
+    return model.speedup(inputs(features.as_dict(), scores.scores if scores else None), config)
+
+
+def predict_speedups(
+    policy: Policy, features: Features, scores: Scores | None, model: RouteModel,
+    configs: Iterable[str], z: float,
+) -> dict[str, Drawn]:
+    """Each speculating config's predicted log-speedup for the request and its draw: one
+    standard normal draw per config, each from `z` (the first config's is `z` itself), so
+    that configs are explored independently of each other."""
+    names = sorted(configs)
+    if not names:
+        return {}
+    greedy = _greedy_decoding(policy, features)
+    x = inputs(features.as_dict(), scores.scores if scores else None) if greedy else None
+    out = {}
+    for i, config in enumerate(names):
+        prediction = (model.speedup(x, config) if x is not None
+                      else model.sampled_speedup(config))
+        out[config] = Drawn(prediction, prediction.sample(spread_draw(z, i)))
+    return out
 
 
 def candidate(
     b: BackendState,
     features: Features,
     model: RouteModel,
-    speedup: Prediction,
-    z: float,
+    speedup: Drawn | None,
     held: Held | None,
 ) -> Candidate:
-    """One instance's terms of the predicted finish for this request."""
+    """One instance's terms of the predicted finish for this request (`speedup`: its config's,
+    None on a plain instance)."""
     cached = min(held.prompt_tokens, features.prompt_tokens) if held and held.backend == b.name else 0
-    prefill = max(0, features.prompt_tokens - cached) * model.prefill_ms_per_token(b.profile)
+    prefill = max(0, features.prompt_tokens - cached) * model.prefill_ms_per_token(b.config)
     t_plain = model.t_plain_ms
-    if b.profile == "mtp":
-        median, drawn = t_plain / speedup.sample(0.0), t_plain / speedup.sample(z)
+    if speedup is not None:
+        median, drawn = t_plain / speedup.prediction.speedup, t_plain / speedup.drawn
     else:
         median = drawn = t_plain
     work = b.work()
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
-                     waiting=work.requests, thin=model.measured(b.profile) < THIN_BELOW,
-                     tie_rank=b.tie_rank, contended=b.contended)
+                     waiting=work.requests, thin=model.measured(b.config) < THIN_BELOW,
+                     tie_rank=b.tie_rank, contended=b.contended, config=b.config)
 
 
 def failover_order(

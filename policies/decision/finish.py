@@ -106,6 +106,7 @@ class Candidate:
     thin: bool = False
     tie_rank: int = 0  # among equal costs, the lowest first (BackendState.tie_rank)
     contended: float = 0.0  # the chance of meeting another replica's request (BackendState)
+    config: str = ""  # its speculation config ('': its profile)
 
     def finish_ms(self, tokens: float, sampled: bool = False) -> float:
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
@@ -166,6 +167,19 @@ def _regret(chosen_ms: float, best_ms: float) -> float:
 _STANDARD_NORMAL: Final = NormalDist()  # immutable
 _MEAN: Final = itemgetter(0)
 _DRAWN: Final = itemgetter(1)
+
+
+# Each further config's uniform draw is the first's moved on by the golden ratio's fraction
+# (mod 1): as spread over [0, 1) as draws can be, and a function of the one draw an Ask carries.
+_GOLDEN: Final = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def spread_draw(z: float, i: int) -> float:
+    """The `i`-th of several standard normal draws made from one, `z` (the 0th is `z`): one
+    per speculation config, so that a draw that favours one does not favour them all."""
+    if i == 0 or z == 0.0:
+        return z  # 0: the posterior median for every config, no exploration
+    return normal_draw((_STANDARD_NORMAL.cdf(z) + _GOLDEN * i) % 1.0)
 
 
 def normal_draw(uniform: float | None) -> float:

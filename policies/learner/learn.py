@@ -34,7 +34,7 @@ from policies.learner.learned import (
 from policies.learner.observation import Observation
 from policies.learner.routemodel import gather
 from policies.policyfile.schema import Assume
-from policies.policyfile.words import ANY_LANG
+from policies.policyfile.words import ANY_LANG, PROFILES
 
 __all__ = ["N_BINS", "Observation", "fit_costs", "learn"]
 
@@ -201,7 +201,9 @@ def learn(
     requests that do not say)."""
     assume = assume or Assume()
     everything = list(observations)
-    usable = [o for o in everything if o.paced and o.greedy(assume)]
+    # the tables describe depth-1 speculation against none: other configs' requests (n-gram,
+    # declared drafts) are the route model's alone
+    usable = [o for o in everything if o.paced and o.greedy(assume) and o.config in PROFILES]
     cost = fit_costs(usable)
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
     for o in usable:

@@ -49,6 +49,15 @@ class Observation:
     total_ms: float | None = None  # the whole request as the proxy measured it
     measured_tps: float | None = None  # the decode rate the proxy measured from the stream
     disconnected: bool = False  # the answer did not end whole: the client left, or it broke off
+    spec: str = ""  # the serving instance's speculation config ('': its profile's shorthand)
+
+    @property
+    def config(self) -> str:
+        """The speculation config the route model learns this request's pace under: `plain`,
+        `mtp` (the shorthand), or a declared config's key (`ngram-simple`, `draft`, ...)."""
+        if self.spec:
+            return self.spec
+        return self.profile
 
     @property
     def paced(self) -> bool:
@@ -84,7 +93,7 @@ class Observation:
 
     @property
     def has_draft_stats(self) -> bool:
-        return self.profile == "mtp" and bool(self.draft_n)
+        return self.config == "mtp" and bool(self.draft_n)
 
 
 def observation_from_record(record: RouteRecord) -> Observation | None:
@@ -122,6 +131,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             measured_tps=_float_or_none(outcome.decode_tps),
             # an error after a 200 is an answer that broke off (backends/upstream): cut short too
             disconnected=bool(outcome.client_disconnected or outcome.error),
+            spec=str(outcome.spec or ""),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

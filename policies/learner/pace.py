@@ -7,13 +7,14 @@ Pure: arithmetic on a `RouteModel`; no I/O, no clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 
-from policies.learner.routemodel import RouteModel
-from policies.learner.speedup import PACE, PARAMETERS, WEIGHTS, Vector, inputs, prior_weights
+from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
+from policies.learner.speedup import MTP_CONFIG, Vector, inputs, prior_weights
 from policies.policyfile.machine import MachinePrior
 
 # A measured pace this far from the prior's (either way) is said to discount the prior.
@@ -43,36 +44,42 @@ class Pace:
                 "source": self.source, "prior_ms_per_token": round(self.prior_ms_per_token, 3)}
 
 
-def paces(model: RouteModel) -> tuple[Pace, Pace]:
-    """The plain pace, and the mtp pace for the average greedy request served there so far
-    (a request of no particular class before any)."""
+def paces(model: RouteModel, configs: Iterable[str] = ()) -> tuple[Pace, ...]:
+    """The plain pace, then each speculation config's (those measured, and `configs`: the
+    instances' own, measured or not) for the average greedy request served there so far (a
+    request of no particular class before any). With nothing declared or measured, the
+    shorthand `mtp` stands for the speculating instance."""
     e, prior = model.evidence, model.prior
     pace = model.pace
-    plain = Pace("plain", pace.speedup, pace.sample(-1.0), pace.sample(1.0), e.plain.n,
-                 e.probes.get("plain", 0), model.pace_source("plain"), prior.t_plain_ms)
-    x = typical_mtp_inputs(model)
-    # log(mtp ms per token) = pace - x . w, with its sd from the joint posterior
-    a = np.zeros(PARAMETERS)
-    a[PACE], a[WEIGHTS] = 1.0, -x
-    mean = float(a @ model.posterior.mean)
-    sd = math.sqrt(max(float(a @ model.posterior.cov @ a), 0.0))
-    mtp = Pace("mtp", math.exp(mean), math.exp(mean - sd), math.exp(mean + sd), e.n_mtp,
-               e.probes.get("mtp", 0), model.pace_source("mtp"), prior_pace(prior, "mtp", x))
-    return plain, mtp
+    plain = Pace(PLAIN_CONFIG, pace.speedup, pace.sample(-1.0), pace.sample(1.0), e.plain.n,
+                 e.probes.get(PLAIN_CONFIG, 0), model.pace_source(PLAIN_CONFIG),
+                 prior.t_plain_ms)
+    named = sorted({*e.configs, *configs} - {PLAIN_CONFIG}) or [MTP_CONFIG]
+    return (plain, *(_config_pace(model, config) for config in named))
 
 
-def prior_pace(prior: MachinePrior, profile: str, x: Vector) -> float:
-    """The ms per token the prior expects on `profile` for a request with speedup inputs `x`."""
-    if profile != "mtp":
+def _config_pace(model: RouteModel, config: str) -> Pace:
+    x = typical_inputs(model, config)
+    # log(ms per token) = pace - x . w_config, with its sd from the joint posterior
+    p = model.posterior.config_pace(x, config)
+    return Pace(config, p.speedup, p.sample(-1.0), p.sample(1.0), model.measured(config),
+                model.evidence.probes.get(config, 0), model.pace_source(config),
+                prior_pace(model.prior, config, x))
+
+
+def prior_pace(prior: MachinePrior, config: str, x: Vector) -> float:
+    """The ms per token the prior expects on `config` for a request with speedup inputs `x`."""
+    if config == PLAIN_CONFIG:
         return prior.t_plain_ms
-    return prior.t_plain_ms / math.exp(float(x @ prior_weights(prior)[0]))
+    return prior.t_plain_ms / math.exp(float(x @ prior_weights(prior, config)[0]))
 
 
-def typical_mtp_inputs(model: RouteModel) -> Vector:
-    """The mean speedup input of the greedy mtp requests learned from (x[0] is 1 in each, so
-    the bias column of the sums holds their total); none yet: no class in particular."""
-    greedy = model.evidence.greedy
-    if greedy.n:
+def typical_inputs(model: RouteModel, config: str) -> Vector:
+    """The mean speedup input of the greedy requests learned from on `config` (x[0] is 1 in
+    each, so the bias column of the sums holds their total); none yet: no class in
+    particular."""
+    greedy = model.evidence.greedy.get(config)
+    if greedy is not None and greedy.n:
         return np.asarray(greedy.xtx[0] / greedy.n, dtype=np.float64)
     return inputs({}, None)
 

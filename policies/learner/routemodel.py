@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Protocol, Self, TypeVar
 
 import numpy as np
 
 from policies.learner.observation import Observation
 from policies.learner.speedup import (
+    MTP_CONFIG,
     Evidence,
     Posterior,
     Prediction,
@@ -39,24 +40,30 @@ MIN_PREFILL_TOKENS: Final = 32
 COMPLETION_PRIOR_WEIGHT: Final = 3.0
 # No observations (immutable: one shared instance, not a new one per lookup on every decision).
 _NO_DATA: Final = ScalarEvidence()
+_NO_ROWS: Final = Evidence.empty()
+
+
+PLAIN_CONFIG: Final = "plain"  # the config key of instances that do not speculate
 
 
 @dataclass(frozen=True, slots=True)
 class RouteEvidence:
-    """Everything learned from the log, as sums (merge two by adding)."""
+    """Everything learned from the log, as sums (merge two by adding). Per speculation config
+    (its key: `mtp`, `ngram-simple`, `draft`, ...), the greedy requests' regression sums and
+    the sampled ones'; on plain instances one scalar."""
 
-    greedy: Evidence = field(default_factory=Evidence.empty)  # y = log(mtp ms/token)
-    sampled: ScalarEvidence = field(default_factory=ScalarEvidence)  # log(mtp ms/token), sampled or thinking
+    greedy: Mapping[str, Evidence] = field(default_factory=dict)  # config -> y = log(ms/token)
+    sampled: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # sampled or thinking
     plain: ScalarEvidence = field(default_factory=ScalarEvidence)  # log(ms/token) on plain instances
-    probes: Mapping[str, int] = field(default_factory=dict)  # profile -> startup probes among them
-    prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # profile -> ms/token
+    probes: Mapping[str, int] = field(default_factory=dict)  # config -> startup probes among them
+    prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # config -> ms/token
     completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
     through: str = ""  # timestamp of the newest record included
 
     def merged(self, other: RouteEvidence) -> RouteEvidence:
         return RouteEvidence(
-            greedy=self.greedy.merged(other.greedy),
-            sampled=self.sampled.merged(other.sampled),
+            greedy=_merge(self.greedy, other.greedy),
+            sampled=_merge(self.sampled, other.sampled),
             plain=self.plain.merged(other.plain),
             probes={k: self.probes.get(k, 0) + other.probes.get(k, 0)
                     for k in sorted({*self.probes, *other.probes})},
@@ -65,17 +72,40 @@ class RouteEvidence:
             through=max(self.through, other.through),
         )
 
+    def greedy_of(self, config: str) -> Evidence:
+        """The greedy regression sums of `config`'s instances (empty when never measured)."""
+        return self.greedy.get(config, _NO_ROWS)
+
+    def sampled_of(self, config: str) -> ScalarEvidence:
+        return self.sampled.get(config, _NO_DATA)
+
+    def n_config(self, config: str) -> int:
+        """Requests measured on `config`'s instances (greedy and sampled)."""
+        if config == PLAIN_CONFIG:
+            return self.plain.n
+        return self.greedy.get(config, _NO_ROWS).n + self.sampled.get(config, _NO_DATA).n
+
+    @property
+    def n_speculating(self) -> int:
+        """Requests measured on instances that speculate, whatever their config."""
+        return sum(e.n for e in self.greedy.values()) + sum(e.n for e in self.sampled.values())
+
     @property
     def n_mtp(self) -> int:
-        return self.greedy.n + self.sampled.n
+        return self.n_speculating
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        """The speculation configs measured, plain excluded."""
+        return tuple(sorted({*self.greedy, *self.sampled}))
 
     def as_json(self) -> dict[str, Any]:
         def scalars(table: Mapping[str, ScalarEvidence]) -> dict[str, list[float]]:
             return {k: [v.n, v.total, v.squares] for k, v in sorted(table.items())}
 
         return {
-            "greedy": self.greedy.as_json(),
-            "sampled": [self.sampled.n, self.sampled.total, self.sampled.squares],
+            "greedy": {k: v.as_json() for k, v in sorted(self.greedy.items())},
+            "sampled": scalars(self.sampled),
             "plain": [self.plain.n, self.plain.total, self.plain.squares],
             "probes": dict(sorted(self.probes.items())),
             "prefill": scalars(self.prefill),
@@ -89,9 +119,12 @@ class RouteEvidence:
             n, total, squares = raw
             return ScalarEvidence(int(n), float(total), float(squares))
 
+        greedy, sampled = data["greedy"], data["sampled"]
+        if "inputs" in greedy:  # written when depth-1 speculation was the only config
+            greedy, sampled = {MTP_CONFIG: greedy}, {MTP_CONFIG: sampled}
         return cls(
-            greedy=Evidence.from_json(data["greedy"]),
-            sampled=scalar(data["sampled"]),
+            greedy={str(k): Evidence.from_json(v) for k, v in dict(greedy).items()},
+            sampled={str(k): scalar(v) for k, v in dict(sampled).items()},
             plain=scalar(data["plain"]),
             probes={str(k): int(v) for k, v in dict(data.get("probes", {})).items()},
             prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
@@ -100,9 +133,14 @@ class RouteEvidence:
         )
 
 
-def _merge(
-    a: Mapping[str, ScalarEvidence], b: Mapping[str, ScalarEvidence]
-) -> dict[str, ScalarEvidence]:
+class _Sums(Protocol):
+    def merged(self, other: Self) -> Self: ...
+
+
+_S = TypeVar("_S", bound=_Sums)
+
+
+def _merge(a: Mapping[str, _S], b: Mapping[str, _S]) -> dict[str, _S]:
     out = dict(a)
     for key, value in b.items():
         out[key] = out[key].merged(value) if key in out else value
@@ -112,35 +150,46 @@ def _merge(
 def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence:
     """The evidence in a batch of observations (what `specroute learn` stores)."""
     evidence = RouteEvidence()
-    rows: list[tuple[Vector, float]] = []
+    rows: dict[str, list[tuple[Vector, float]]] = {}
     for o in observations:
         if not o.paced:
             continue
-        if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
-            rows.append((np.array(o.inputs, dtype=np.float64), math.log(o.ms_per_token)))
+        if _regression_row(o, assume):
+            rows.setdefault(o.config, []).append(
+                (np.array(o.inputs, dtype=np.float64), math.log(o.ms_per_token)))
             evidence = replace(evidence, **_others(evidence, o))
         else:
             evidence = add_scalars(evidence, o, assume)
-    return replace(evidence, greedy=evidence.greedy.merged(Evidence.of(rows)))
+    batch = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
+    return replace(evidence, greedy=_merge(evidence.greedy, batch))
 
 
 def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     """The evidence with one more observation (what the proxy does as records arrive)."""
     if not o.paced:
         return evidence
-    if o.profile == "mtp" and o.greedy(assume) and o.inputs is not None:
+    if _regression_row(o, assume):
         x = np.array(o.inputs, dtype=np.float64)
-        evidence = replace(evidence, greedy=evidence.greedy.plus(x, math.log(o.ms_per_token)))
-        return replace(evidence, **_others(evidence, o))
+        before = evidence.greedy.get(o.config, _NO_ROWS)
+        greedy = {**evidence.greedy, o.config: before.plus(x, math.log(o.ms_per_token))}
+        return replace(evidence, greedy=greedy, **_others(evidence, o))
     return add_scalars(evidence, o, assume)
+
+
+def _regression_row(o: Observation, assume: Assume) -> bool:
+    """A greedy request on a speculating instance, with its inputs: a row of its config's
+    regression."""
+    return o.config != PLAIN_CONFIG and o.greedy(assume) and o.inputs is not None
 
 
 def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     changes = _others(evidence, o)
-    if o.profile == "plain":
+    if o.config == PLAIN_CONFIG:
         changes["plain"] = evidence.plain.plus(math.log(o.ms_per_token))
     elif not o.greedy(assume):
-        changes["sampled"] = evidence.sampled.plus(math.log(o.ms_per_token))
+        before = evidence.sampled.get(o.config, _NO_DATA)
+        changes["sampled"] = {**evidence.sampled,
+                              o.config: before.plus(math.log(o.ms_per_token))}
     return replace(evidence, **changes)
 
 
@@ -148,14 +197,14 @@ def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
     """Prefill rate (only when nothing was queued ahead) and completion length."""
     changes: dict[str, Any] = {"through": max(evidence.through, o.ts)}
     if o.probe:
-        changes["probes"] = {**evidence.probes, o.profile: evidence.probes.get(o.profile, 0) + 1}
+        changes["probes"] = {**evidence.probes, o.config: evidence.probes.get(o.config, 0) + 1}
     completion = dict(evidence.completion)
     completion[o.cls] = completion.get(o.cls, _NO_DATA).plus(float(o.completion_tokens))
     changes["completion"] = completion
     uncached = o.prompt_tokens - o.cached_tokens
     if o.ttft_ms is not None and not o.queued and uncached >= MIN_PREFILL_TOKENS:
         prefill = dict(evidence.prefill)
-        prefill[o.profile] = prefill.get(o.profile, _NO_DATA).plus(o.ttft_ms / uncached)
+        prefill[o.config] = prefill.get(o.config, _NO_DATA).plus(o.ttft_ms / uncached)
         changes["prefill"] = prefill
     return changes
 
@@ -174,29 +223,30 @@ class RouteModel:
         self.pace = self.posterior.pace(evidence.plain.n)
         self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
 
-    def speedup(self, x: Vector) -> Prediction:
-        """log-speedup of an mtp instance over plain for a greedy request, with its
+    def speedup(self, x: Vector, config: str = MTP_CONFIG) -> Prediction:
+        """log-speedup of an instance of `config` over plain for a greedy request, with its
         uncertainty (`sampled_speedup` for the others)."""
-        return self.posterior.predict(x)
+        return self.posterior.predict(x, config)
 
-    def sampled_speedup(self) -> Prediction:
-        """log-speedup of sampled or thinking requests: one figure, whatever the request."""
-        return self.posterior.sampled(self.evidence.sampled.n)
+    def sampled_speedup(self, config: str = MTP_CONFIG) -> Prediction:
+        """log-speedup of sampled or thinking requests on `config`: one figure, whatever the
+        request."""
+        return self.posterior.sampled(self.evidence.sampled.get(config, _NO_DATA).n, config)
 
-    def measured(self, profile: str) -> int:
-        """Served requests of `profile` learned from (startup probes included)."""
-        return self.evidence.plain.n if profile == "plain" else self.evidence.n_mtp
+    def measured(self, config: str) -> int:
+        """Served requests on instances of `config` learned from (startup probes included)."""
+        return self.evidence.n_config(config)
 
-    def pace_source(self, profile: str) -> str:
-        """Where the pace on instances of `profile` comes from: prior, probe or log."""
-        n = self.measured(profile)
-        probes = self.evidence.probes.get(profile, 0)
+    def pace_source(self, config: str) -> str:
+        """Where the pace on instances of `config` comes from: prior, probe or log."""
+        n = self.measured(config)
+        probes = self.evidence.probes.get(config, 0)
         if n == 0:
             return "prior"
         return "probe" if n == probes else "log"
 
-    def prefill_ms_per_token(self, profile: str) -> float:
-        data = self.evidence.prefill.get(profile, _NO_DATA)
+    def prefill_ms_per_token(self, config: str) -> float:
+        data = self.evidence.prefill.get(config, _NO_DATA)
         if data.n == 0:
             return self.prior.prefill_ms_per_token
         k = COMPLETION_PRIOR_WEIGHT

@@ -19,7 +19,7 @@ its posterior marginal, one normal draw.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,9 +44,24 @@ INPUTS: Final = (
     "json_mode",
     "log_prompt",  # log(1 + prompt tokens) / 10
     "turns",  # messages, capped at 20, scaled to [0, 1]
+    # what predicts prompt-copy speculation (classifiers.copying): how much of the ask and the
+    # tool results is quoted, and whether the reply is asked to re-emit it
+    "quoted_code",  # share of the ask's and tool results' characters that are code
+    "quoted_json",
+    "quoted_text",
+    "quoted_size",  # log(1 + those characters) / 10
+    "edit_verb",  # rename, refactor, fix, translate, reformat, convert, ...
+    "reemit",  # an edit format that re-emits input: whole file, SEARCH/REPLACE, a diff
+    "edit_of_quoted",  # an edit verb times the quoted share: the reply is mostly a copy
 )
-# Prior spread of a weight that is not a class's or the machine-wide shift's.
+COPY_INPUTS: Final = ("quoted_code", "quoted_json", "quoted_text", "quoted_size", "edit_verb",
+                      "reemit", "edit_of_quoted")
+# Prior spread of a weight that is not a class's, a copy input's or the machine-wide shift's.
 FEATURE_SD: Final = 0.05
+# Prior spread of a prompt-copy input's weight (log space: e^1 ~ 2.7x at one sd).
+COPY_SD: Final = 1.0
+# The config the machine prior's class speedups describe: depth-1 speculation, `profile: mtp`.
+MTP_CONFIG: Final = "mtp"
 
 
 def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> Vector:
@@ -73,8 +88,24 @@ def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> V
         float(bool(get("json_mode"))),
         math.log1p(max(_num(get("prompt_tokens", 0)), 0.0)) / 10.0,
         min(_num(get("n_messages", 0)), 20.0) / 20.0,
+        *_copy_inputs(get),
     ]
     return np.array(values, dtype=np.float64)
+
+
+def _copy_inputs(get: Callable[[str, object], object]) -> tuple[float, ...]:
+    code = _share(get("quoted_code_share", 0))
+    json_share = _share(get("quoted_json_share", 0))
+    text = _share(get("quoted_text_share", 0))
+    edit = float(bool(get("edit_verb", False)))
+    return (code, json_share, text,
+            math.log1p(max(_num(get("quoted_chars", 0)), 0.0)) / 10.0,
+            edit, float(bool(get("reemit_format", False))),
+            edit * min(code + json_share + text, 1.0))
+
+
+def _share(value: object) -> float:
+    return min(max(_num(value), 0.0), 1.0)
 
 
 def _num(value: object) -> float:
@@ -139,14 +170,20 @@ class Evidence:
         return cls(xtx, xty, float(data["yy"]), int(data["n"]))
 
 
-def prior_weights(prior: MachinePrior) -> tuple[Vector, Vector]:
-    """Prior mean and variances of the weights: each class's log-speedup on its probability."""
+def prior_weights(prior: MachinePrior, config: str = MTP_CONFIG) -> tuple[Vector, Vector]:
+    """Prior mean and variances of a config's weights: each class's log-speedup on its
+    probability (the machine prior's figures describe depth-1 speculation, `mtp`; any other
+    config starts neutral), and the prompt-copy inputs wide, as a copy decides whether n-gram
+    speculation pays 3x or nothing and a few measurements must be able to say so."""
     mean = np.zeros(len(INPUTS))
     var = np.full(len(INPUTS), FEATURE_SD**2)
     var[0] = prior.shift_sd**2
     for i, cls in enumerate(CLASSES, start=1):
-        mean[i] = prior.log_speedup(cls)
+        mean[i] = prior.log_speedup(cls) if config == MTP_CONFIG else 0.0
         var[i] = prior.class_sd**2
+    copy_sd = prior.class_sd if config == MTP_CONFIG else COPY_SD  # the prior describes mtp
+    for name in COPY_INPUTS:
+        var[INPUTS.index(name)] = copy_sd**2
     return mean, var
 
 
@@ -178,85 +215,137 @@ class Prediction:
         return normal_cdf(self.mean / self.sd)
 
 
-# The joint model's parameters: the plain pace (log ms per token on a plain instance), the
-# speedup weights over `INPUTS`, and the log-speedup of sampled or thinking requests.
-PACE: Final = 0
-WEIGHTS: Final = slice(1, 1 + len(INPUTS))
-SAMPLED: Final = 1 + len(INPUTS)
-PARAMETERS: Final = 2 + len(INPUTS)
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class PriorTerms:
-    """What a posterior takes from the prior alone: its precision and precision-weighted mean
-    over the joint parameters, and the noise variance. Computed once per prior, reused for
-    every update of the evidence."""
+    """What a posterior takes from the prior alone, per block of the joint parameters: the
+    plain pace's mean and variance, each speculation config's weights' and its sampled
+    log-speedup's, and the noise variance. Computed once per prior, reused for every update of
+    the evidence (a config's block once, when it is first seen)."""
 
-    precision: Vector  # (D, D), diagonal
-    weighted_mean: Vector  # (D,)
+    pace: tuple[float, float]  # mean and variance of log(ms per token) on a plain instance
     noise: float
+    prior: MachinePrior
+    _blocks: dict[str, tuple[Vector, Vector]]  # config -> (mean, variance) of its d+1 terms
 
     @classmethod
     def of(cls, prior: MachinePrior) -> PriorTerms:
-        mean = np.zeros(PARAMETERS)
-        var = np.ones(PARAMETERS)
-        mean[PACE], var[PACE] = math.log(prior.t_plain_ms), prior.pace_sd**2
-        mean[WEIGHTS], var[WEIGHTS] = prior_weights(prior)
-        mean[SAMPLED], var[SAMPLED] = math.log(prior.sampled_speedup), prior.shift_sd**2
-        return cls(np.diag(1.0 / var), mean / var, prior.noise_sd**2)
+        return cls((math.log(prior.t_plain_ms), prior.pace_sd**2), prior.noise_sd**2, prior, {})
+
+    def block(self, config: str) -> tuple[Vector, Vector]:
+        """The prior of one config's weights over `INPUTS` and its sampled log-speedup."""
+        known = self._blocks.get(config)
+        if known is None:
+            mean, var = prior_weights(self.prior, config)
+            sampled = math.log(self.prior.sampled_speedup) if config == MTP_CONFIG else 0.0
+            known = (np.append(mean, sampled), np.append(var, self.prior.shift_sd**2))
+            self._blocks[config] = known
+        return known
 
 
 class Posterior:
-    """The joint posterior of the plain pace and the speedup weights.
+    """The joint posterior of the plain pace and every speculation config's speedup weights.
 
     Every served request is one observation of log(ms per token) on the instance that served
-    it: on a plain instance that is the pace; on an mtp instance the pace less the request's
-    log-speedup (x . w, or the sampled log-speedup). So the speedup is identified from what
-    both kinds of instance did, and the prior's pace only starts the model off: with a wide
-    `pace_sd`, a few observations of a pace far from it win over it. Where one kind of instance
-    is thin, the speedup's uncertainty says so (it carries the pace's), and the decision's
-    Thompson draw explores it.
+    it: on a plain instance that is the pace; on an instance of config c the pace less the
+    request's log-speedup there (x . w_c, or c's sampled log-speedup). So each speedup is
+    identified from what the instances did, all against one pace, and the prior's pace only
+    starts the model off: with a wide `pace_sd`, a few observations of a pace far from it win
+    over it. Where a config is thin, its speedup's uncertainty says so (it carries the pace's),
+    and the decision's Thompson draw explores it. A config with no evidence at all is
+    predicted from the prior alone (its block is independent of the rest until measured).
     """
 
-    def __init__(self, terms: PriorTerms, greedy: Evidence, plain: ScalarEvidence,
-                 sampled: ScalarEvidence) -> None:
-        # greedy mtp rows a = (1, -x, 0) (x[0], the bias, is 1), sampled mtp rows (1, 0, -1),
-        # plain rows (1, 0, 0); y = log(ms per token). The data's sum a a^T and sum a y:
-        data, ay = np.zeros((PARAMETERS, PARAMETERS)), np.zeros(PARAMETERS)
-        data[PACE, PACE] = greedy.n + plain.n + sampled.n
-        data[PACE, WEIGHTS] = data[WEIGHTS, PACE] = -greedy.xtx[0]
-        data[WEIGHTS, WEIGHTS] = greedy.xtx
-        data[PACE, SAMPLED] = data[SAMPLED, PACE] = -sampled.n
-        data[SAMPLED, SAMPLED] = sampled.n
-        ay[PACE] = greedy.xty[0] + plain.total + sampled.total
-        ay[WEIGHTS] = -greedy.xty
-        ay[SAMPLED] = -sampled.total
-        precision = terms.precision + data / terms.noise
-        weighted = terms.weighted_mean + ay / terms.noise
+    def __init__(self, terms: PriorTerms, greedy: Mapping[str, Evidence], plain: ScalarEvidence,
+                 sampled: Mapping[str, ScalarEvidence]) -> None:
+        self.terms = terms
+        configs = sorted(c for c in {*greedy, *sampled}
+                         if greedy.get(c, _NO_ROWS).n or sampled.get(c, _NO_SCALARS).n)
+        d = len(INPUTS)
+        size = 1 + len(configs) * (d + 1)
+        # rows: greedy on c a = (1, .., -x in c's weights, ..), sampled on c (1, .., -1 in c's
+        # sampled term, ..), plain (1, 0, ..); y = log(ms per token). Sum a a^T and sum a y:
+        data, ay = np.zeros((size, size)), np.zeros(size)
+        prior_mean, prior_var = np.zeros(size), np.ones(size)
+        prior_mean[PACE], prior_var[PACE] = terms.pace
+        data[PACE, PACE] = plain.n
+        ay[PACE] = plain.total
+        self._blocks: dict[str, slice] = {}
+        for i, config in enumerate(configs):
+            w = slice(1 + i * (d + 1), 1 + i * (d + 1) + d)
+            s = w.stop
+            self._blocks[config] = slice(w.start, s + 1)
+            prior_mean[w.start:s + 1], prior_var[w.start:s + 1] = terms.block(config)
+            rows, scalars = greedy.get(config, _NO_ROWS), sampled.get(config, _NO_SCALARS)
+            data[PACE, PACE] += rows.n + scalars.n
+            data[PACE, w] = data[w, PACE] = -rows.xtx[0]
+            data[w, w] = rows.xtx
+            data[PACE, s] = data[s, PACE] = -scalars.n
+            data[s, s] = scalars.n
+            ay[PACE] += rows.xty[0] + scalars.total
+            ay[w] = -rows.xty
+            ay[s] = -scalars.total
+        precision = np.diag(1.0 / prior_var) + data / terms.noise
+        weighted = prior_mean / prior_var + ay / terms.noise
         self.cov: Vector = np.asarray(np.linalg.inv(precision), dtype=np.float64)
         self.mean: Vector = self.cov @ weighted
-        self.n = greedy.n
-        self._w_mean = self.mean[WEIGHTS]
-        self._w_cov = self.cov[WEIGHTS, WEIGHTS]
+        self._n = {c: greedy.get(c, _NO_ROWS).n for c in configs}
+        self._views: dict[str, tuple[Vector, Vector, float, float]] = {}
 
-    def predict(self, x: Vector) -> Prediction:
-        """The log-speedup x . w of a greedy request, with its uncertainty."""
-        variance = float(x @ self._w_cov @ x)
-        return Prediction(float(x @ self._w_mean), math.sqrt(max(variance, 0.0)), self.n)
+    @property
+    def configs(self) -> tuple[str, ...]:
+        """The speculation configs measured (the others are their priors)."""
+        return tuple(self._blocks)
+
+    def _view(self, config: str) -> tuple[Vector, Vector, float, float]:
+        """A config's weights' mean and covariance, its sampled term's mean and variance."""
+        view = self._views.get(config)
+        if view is None:
+            block = self._blocks.get(config)
+            if block is None:
+                mean, var = self.terms.block(config)
+                view = (mean[:-1], np.diag(var[:-1]), float(mean[-1]), float(var[-1]))
+            else:
+                w = slice(block.start, block.stop - 1)
+                s = block.stop - 1
+                view = (self.mean[w], self.cov[w, w], float(self.mean[s]), float(self.cov[s, s]))
+            self._views[config] = view
+        return view
+
+    def predict(self, x: Vector, config: str = MTP_CONFIG) -> Prediction:
+        """The log-speedup x . w of a greedy request on `config`, with its uncertainty."""
+        w_mean, w_cov, _, _ = self._view(config)
+        variance = float(x @ w_cov @ x)
+        return Prediction(float(x @ w_mean), math.sqrt(max(variance, 0.0)),
+                          self._n.get(config, 0))
+
+    def config_pace(self, x: Vector, config: str) -> Prediction:
+        """log(ms per token) of a greedy request with inputs `x` on `config` (the pace less
+        its log-speedup there), its sd from the joint posterior."""
+        block = self._blocks.get(config)
+        if block is None:
+            speedup = self.predict(x, config)
+            variance = float(self.cov[PACE, PACE]) + speedup.sd**2
+            return Prediction(float(self.mean[PACE]) - speedup.mean, _sd(variance), 0)
+        a = np.zeros(len(self.mean))
+        a[PACE], a[block.start:block.stop - 1] = 1.0, -x
+        return Prediction(float(a @ self.mean), _sd(float(a @ self.cov @ a)),
+                          self._n.get(config, 0))
 
     def pace(self, n: int) -> Prediction:
         """log(ms per token) on a plain instance (`n`: the plain observations behind it)."""
         return Prediction(float(self.mean[PACE]), _sd(self.cov[PACE, PACE]), n)
 
-    def sampled(self, n: int) -> Prediction:
-        """The log-speedup of sampled or thinking requests, whatever the request."""
-        return Prediction(float(self.mean[SAMPLED]), _sd(self.cov[SAMPLED, SAMPLED]), n)
+    def sampled(self, n: int, config: str = MTP_CONFIG) -> Prediction:
+        """The log-speedup of sampled or thinking requests on `config`, whatever the request."""
+        _, _, mean, variance = self._view(config)
+        return Prediction(mean, _sd(variance), n)
 
-    def weights(self) -> dict[str, tuple[float, float]]:
-        """Each input's weight and its standard deviation (for `policy explain`)."""
-        sd = np.sqrt(np.clip(np.diag(self._w_cov), 0.0, None))
+    def weights(self, config: str = MTP_CONFIG) -> dict[str, tuple[float, float]]:
+        """Each input's weight on `config` and its standard deviation (for `policy explain`)."""
+        w_mean, w_cov, _, _ = self._view(config)
+        sd = np.sqrt(np.clip(np.diag(w_cov), 0.0, None))
         return {name: (float(m), float(s))
-                for name, m, s in zip(INPUTS, self._w_mean, sd, strict=True)}
+                for name, m, s in zip(INPUTS, w_mean, sd, strict=True)}
 
 
 def _sd(variance: float) -> float:
@@ -287,3 +376,8 @@ class ScalarEvidence:
         if self.n < 2:
             return math.nan
         return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0) * self.n / (self.n - 1))
+
+
+PACE: Final = 0  # the plain pace's index among the joint parameters
+_NO_ROWS: Final = Evidence.empty()
+_NO_SCALARS: Final = ScalarEvidence()

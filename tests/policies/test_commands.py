@@ -85,7 +85,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     assert _run(["learn", str(log), "--policy", str(policy_file)]) == 0
     state = from_json(learned_path_for(policy_file).read_text(encoding="utf-8"))
     assert state.n_observations == 400
-    assert state.evidence.greedy.n == sum(o.profile == "mtp" for o in observations)
+    assert state.evidence.greedy_of("mtp").n == sum(o.profile == "mtp" for o in observations)
     assert state.evidence.plain.n == sum(o.profile == "plain" for o in observations)
     printed = capsys.readouterr().out
     assert "Route model: prior gb10-ds4" in printed and "Per-class evidence" in printed

@@ -75,4 +75,4 @@ async def test_the_learners_state_is_in_force_at_once_without_reading_the_file_b
     assert store.reload_if_changed(now=1.0) is False  # the file it wrote counts as seen
     online = stack.proxy.app[ONLINE]
     assert online.online_records == 0  # what the state covers is not counted twice
-    assert online.model.evidence.greedy.n == state.evidence.greedy.n == 3
+    assert online.model.evidence.greedy_of("mtp").n == state.evidence.greedy_of("mtp").n == 3

@@ -65,7 +65,7 @@ def test_records_since_the_learned_file_are_counted_once(tmp_path: Path) -> None
     records = [_record(i, "mtp" if i % 2 else "plain", 10.0 if i % 2 else 14.7) for i in range(10)]
     for record in records:
         online.write_record(record)
-    assert online.model.evidence.greedy.n == 5 and online.online_records == 10
+    assert online.model.evidence.greedy_of("mtp").n == 5 and online.online_records == 10
     slow = online.model.speedup(_code_inputs())
     assert slow.speedup < 0.9  # 10 tok/s on mtp against 14.7 on plain: the outcomes count
 
@@ -73,7 +73,7 @@ def test_records_since_the_learned_file_are_counted_once(tmp_path: Path) -> None
     state = learn([o for o in learned if o], assume=store.policy.assume)
     write_learned(learned_path_for(policy), state)
     assert store.reload_if_changed(now=1.0)
-    assert online.model.evidence.greedy.n == 5  # 3 from the file, 2 online: none twice
+    assert online.model.evidence.greedy_of("mtp").n == 5  # 3 from the file, 2 online: none twice
     assert online.online_records == 4
 
 
@@ -110,7 +110,7 @@ def test_a_batch_of_records_teaches_what_the_same_records_teach_one_by_one(tmp_p
     batched.write_records(records[:1])  # the first builds the model, the rest are one batch
     batched.write_records(records[1:])
     assert batched.online_records == one_by_one.online_records == 10
-    assert batched.model.evidence.greedy.n == one_by_one.model.evidence.greedy.n == 5
+    assert batched.model.evidence.greedy_of("mtp").n == one_by_one.model.evidence.greedy_of("mtp").n == 5
     x = _code_inputs()
     assert batched.model.speedup(x) == one_by_one.model.speedup(x)
 
@@ -139,7 +139,7 @@ def test_records_kept_for_a_reload_are_re_applied_whole(tmp_path: Path) -> None:
     assert online.model  # the reload is taken up when the model is next asked for
     assert online.online_records == after.online_records == 6
     assert online.model.speedup(x) == after.model.speedup(x)
-    assert online.model.evidence.greedy.n == after.model.evidence.greedy.n
+    assert online.model.evidence.greedy_of("mtp").n == after.model.evidence.greedy_of("mtp").n
 
 
 def test_the_arms_sums_online_equal_one_pass_over_the_same_records(tmp_path: Path) -> None:

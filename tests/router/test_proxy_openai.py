@@ -178,7 +178,7 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
     assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored",
                                      "service_ms", "queue_ms", "tokens", "speedup", "speedup_sd",
                                      "p_spec",
-                                     "finish_ms", "pool", "arm"}
+                                     "finish_ms", "pool", "arm", "config", "speedups"}
     assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}
     assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last

@@ -141,9 +141,9 @@ async def test_replicas_fed_disjoint_traffic_decide_with_the_union_s_posterior(
     assert union.evidence.n_mtp + union.evidence.plain.n == 6 + 9 + 12
     for server in servers:
         model = server.app[ONLINE].model
-        assert model.evidence.greedy.n == union.evidence.greedy.n
+        assert model.evidence.greedy_of("mtp").n == union.evidence.greedy_of("mtp").n
         assert model.evidence.plain.n == union.evidence.plain.n
-        np.testing.assert_allclose(model.evidence.greedy.xtx, union.evidence.greedy.xtx,
+        np.testing.assert_allclose(model.evidence.greedy_of("mtp").xtx, union.evidence.greedy_of("mtp").xtx,
                                    rtol=0, atol=1e-9)
         np.testing.assert_allclose(model.posterior.mean, union.posterior.mean, rtol=0, atol=1e-9)
         assert model.t_plain_ms == pytest.approx(union.t_plain_ms, abs=1e-9)

@@ -62,12 +62,12 @@ def test_online_updates_equal_the_batch_sums_and_survive_json() -> None:
     for o in observations:
         online = observe(online, o, ASSUME)
     batch = gather(observations, ASSUME)
-    assert np.allclose(online.greedy.xtx, batch.greedy.xtx)
-    assert np.allclose(online.greedy.xty, batch.greedy.xty)
+    assert np.allclose(online.greedy_of("mtp").xtx, batch.greedy_of("mtp").xtx)
+    assert np.allclose(online.greedy_of("mtp").xty, batch.greedy_of("mtp").xty)
     assert online.plain == batch.plain and online.through == batch.through
     assert online.completion == batch.completion and online.prefill == batch.prefill
     halves = gather(observations[:100], ASSUME).merged(gather(observations[100:], ASSUME))
-    assert np.allclose(halves.greedy.xtx, batch.greedy.xtx)
+    assert np.allclose(halves.greedy_of("mtp").xtx, batch.greedy_of("mtp").xtx)
     back = RouteEvidence.from_json(json.loads(json.dumps(batch.as_json())))
     assert back == batch
     bad = {**batch.as_json(), "greedy": {**batch.as_json()["greedy"], "inputs": ["bias"]}}
@@ -91,7 +91,7 @@ def test_sampled_requests_have_their_own_speedup() -> None:
     sampled = [replace(o, temperature=0.7) for o in synthetic.observations(
         synthetic.CPU_PAIR, 200, seed=8)]
     model = RouteModel(GB10_DS4, gather(sampled, ASSUME))
-    assert model.evidence.greedy.n == 0 and model.evidence.sampled.n > 50
+    assert model.evidence.greedy_of("mtp").n == 0 and model.evidence.sampled_of("mtp").n > 50
     assert model.sampled_speedup().speedup < 0.8
     assert model.speedup(_x(PLAIN_CHAT, {"code": 1.0})).speedup == pytest.approx(1.065)
 
@@ -130,7 +130,7 @@ def test_a_model_built_with_the_priors_terms_kept_is_the_same_model() -> None:
     assert np.array_equal(fresh.posterior.mean, kept.posterior.mean)
     x = _x(MISREAD_AGENT, CHAT_SCORES)
     assert fresh.speedup(x) == kept.speedup(x)
-    assert kept.posterior.n == 20
+    assert kept.speedup(x).n == 20
 
 
 def _paced(profile: str, ms_per_token: float, i: int, scores: dict[str, float]) -> Observation:

@@ -40,7 +40,7 @@ def test_sums_round_trip_through_json() -> None:
     sums = _sums(_observations(20, 1))
     replica, back = sums_from_json(sums_to_json("a", sums))
     assert replica == "a" and back.through == sums.through
-    np.testing.assert_array_equal(back.evidence.greedy.xtx, sums.evidence.greedy.xtx)
+    np.testing.assert_array_equal(back.evidence.greedy_of("mtp").xtx, sums.evidence.greedy_of("mtp").xtx)
     assert back.evidence.plain == sums.evidence.plain
     assert back.arms.n_observations == sums.arms.n_observations
 
@@ -49,7 +49,7 @@ def test_the_union_of_replicas_equals_one_process_over_all_their_records() -> No
     parts = [_observations(15, seed) for seed in (1, 2, 3)]
     one_process = _sums([o for part in parts for o in part])
     shared = total_sums(_sums(part) for part in reversed(parts))
-    np.testing.assert_allclose(shared.evidence.greedy.xtx, one_process.evidence.greedy.xtx,
+    np.testing.assert_allclose(shared.evidence.greedy_of("mtp").xtx, one_process.evidence.greedy_of("mtp").xtx,
                                atol=1e-9, rtol=0)
     assert shared.evidence.plain.total == pytest.approx(one_process.evidence.plain.total,
                                                         abs=1e-9)
@@ -68,7 +68,7 @@ def test_malformed_sums_are_refused(text: str) -> None:
 
 def test_non_finite_numbers_are_refused() -> None:
     data = json.loads(sums_to_json("a", _sums(_observations(5, 4))))
-    data["evidence"]["greedy"]["yy"] = 1e999  # parses as inf
+    data["evidence"]["greedy"]["mtp"]["yy"] = 1e999  # parses as inf
     with pytest.raises(SharedSumsError, match="non-finite"):
         sums_from_json(json.dumps(data).replace("Infinity", "1e999"))
     with pytest.raises(SharedSumsError):
@@ -76,7 +76,7 @@ def test_non_finite_numbers_are_refused() -> None:
 
 
 def test_a_matrix_of_another_shape_is_refused() -> None:
-    data = json.loads(sums_to_json("a", EMPTY_SUMS))
-    data["evidence"]["greedy"]["xtx"] = [[0.0]]
+    data = json.loads(sums_to_json("a", _sums(_observations(5, 4))))
+    data["evidence"]["greedy"]["mtp"]["xtx"] = [[0.0]]
     with pytest.raises(SharedSumsError):
         sums_from_json(json.dumps(data))

@@ -1,0 +1,77 @@
+"""The finish rule among instances of several speculation configs: each priced at its own
+config's predicted speedup for the request."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from classifiers.copying import CopySignals
+from classifiers.features import Features
+from classifiers.scores import Scores
+from policies.decision.ask import Ask, BackendState, State
+from policies.decision.decide import decide
+from policies.decision.finish import InFlight, normal_draw, spread_draw
+from policies.learner.routemodel import RouteEvidence, RouteModel, gather
+from policies.policyfile.machine import NEUTRAL
+from policies.policyfile.schema import Assume, Policy
+from tests.policies.learner.test_configs import _log
+
+BASE = Features(
+    n_tools=0, tool_schema_chars=0, tool_choice_required=False, tool_choice_none=False,
+    last_role_tool=False, last_role_assistant=False, history_has_tool=False, n_messages=1,
+    code_fences=0, code_line_share=0.0, cjk_share=0.0, json_mode=False, temperature=0.0,
+    greedy=True, thinking=False, thinking_unset=True, max_tokens=96, prompt_tokens=20,
+    last_user_tokens=20, system_chars=0,
+)
+EDIT = replace(BASE, code_fences=1, code_line_share=0.8, prompt_tokens=900,
+               copy=CopySignals(quoted_code_share=0.85, quoted_chars=3500, edit_verb=True))
+TRIO = (BackendState("plain-0", "plain"), BackendState("ngram-0", "mtp", spec="ngram-simple"),
+        BackendState("draft-0", "mtp", spec="draft"))
+POLICY = Policy(routes={c: "auto" for c in ("agent", "code", "technical", "prose", "chat")},
+                default="auto")
+LEARNED = RouteModel(NEUTRAL, gather(_log(12), Assume()))
+
+
+@pytest.mark.parametrize(("features", "cls", "backend"), [
+    (EDIT, "code", "ngram-0"),
+    (BASE, "prose", "plain-0"),
+])
+def test_each_request_goes_to_the_config_that_finishes_it_soonest(
+    features: Features, cls: str, backend: str
+) -> None:
+    ask = Ask(features, Scores(cls, "en", {cls: 0.9, "technical": 0.1}))
+    decision = decide(ask, State(POLICY, LEARNED, TRIO))
+    assert decision.backend == backend
+    assert decision.config == {"ngram-0": "ngram-simple", "plain-0": "plain"}[backend]
+    assert set(decision.speedups) == {"ngram-simple", "draft"}
+    assert decision.speedups["draft"] < 0.8
+
+
+@pytest.mark.parametrize(("remaining_ms", "backend"), [(300.0, "ngram-0"), (20_000.0, "plain-0")])
+def test_an_edit_waits_for_a_busy_ngram_instance_only_while_that_is_sooner(
+    remaining_ms: float, backend: str
+) -> None:
+    ask = Ask(EDIT, Scores("code", "en", {"code": 1.0}))
+    queue = (InFlight(predicted_ms=remaining_ms + 100.0, elapsed_ms=100.0),)
+    busy = (TRIO[0], replace(TRIO[1], inflight=1, queue=queue), TRIO[2])
+    assert decide(ask, State(POLICY, LEARNED, busy)).backend == backend
+
+
+def test_the_first_config_draws_as_before_and_the_others_draw_apart() -> None:
+    z = normal_draw(0.9)
+    assert spread_draw(z, 0) == z and spread_draw(0.0, 3) == 0.0
+    draws = [spread_draw(z, i) for i in range(1, 6)]
+    assert len({round(d, 6) for d in draws}) == 5
+    assert all(-6 < d < 6 for d in draws)
+
+
+def test_with_nothing_measured_a_thin_config_is_drawn_and_the_median_is_plain() -> None:
+    cold = RouteModel(NEUTRAL, RouteEvidence())
+    ask = Ask(EDIT, Scores("code", "en", {"code": 1.0}))
+    # ties go to plain at the posterior median: a draft costs power for nothing
+    assert decide(ask, State(POLICY, cold, TRIO)).backend == "plain-0"
+    explored = {decide(replace(ask, draw=u), State(POLICY, cold, TRIO),
+                       z=normal_draw(u)).backend for u in (0.02, 0.3, 0.5, 0.7, 0.98)}
+    assert {"ngram-0", "draft-0"} & explored
