@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from backends.capability import ProbeResult
 from backends.engines import adapter_for
 from backends.measure import StreamMeter
 from backends.upstream import ForwardOptions, ForwardResult, forward
@@ -209,6 +210,17 @@ def _store_status(app: web.Application) -> dict[str, Any]:
     return {**link.health.describe(), "load_direct": sorted(link.direct)}
 
 
+def _probed(backends: list[dict[str, Any]], probe: ProbeResult | None) -> list[dict[str, Any]]:
+    """Each backend with the startup probe's verdict on it: `drafts` (it drafted on the probes:
+    true; it drafted nothing: false; not probed, or its engine reports no drafts: null) and
+    `probe_warnings` (what the probe found wrong there: a speculating instance that drafted on
+    neither probe, a plain one that drafts, a probe that failed)."""
+    return [{**b, "drafts": None if probe is None else probe.drafts(b["name"]),
+             "probe_warnings": [] if probe is None else list(
+                 probe.backend_warnings.get(b["name"], ()))}
+            for b in backends]
+
+
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
     supervisor = app.get(state.SUPERVISOR)
@@ -219,9 +231,10 @@ async def readyz(request: web.Request) -> web.Response:
     pool = app[state.POOL]
     ready = pool.any_healthy(now)
     return web.json_response(
-        {"ready": ready, "backends": pool.describe(now),
+        {"ready": ready, "backends": _probed(pool.describe(now), app.get(state.PROBE)),
          "record_sinks": app[state.SINK_HEALTH].describe(),
-         "route_model": pace_status(app[state.ONLINE].model),
+         "route_model": pace_status(app[state.ONLINE].model,
+                                    {b.spec_key for b in app[state.CONFIG].backends}),
          "store": _store_status(app)},
         status=200 if ready else 503,
     )

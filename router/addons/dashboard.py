@@ -231,4 +231,5 @@ class DashboardAddon(Addon):
 def app_status(app: web.Application) -> dict[str, Any]:
     """What the dashboard shows besides the records: backend health and the speedup model."""
     backends = app[POOL].describe(app[DEPS].clock())
-    return {"backends": backends, "speedup_model": model_status(app[ONLINE].model)}
+    configs = {str(b["speculation"]) for b in backends}
+    return {"backends": backends, "speedup_model": model_status(app[ONLINE].model, configs)}
