@@ -3,7 +3,7 @@
 Pure: a request body in, the reply's tokens out; no I/O, no clock, no randomness but what the
 caller seeds. Two kinds of reply, each the same on every instance (as lossless speculation is):
 
-- an edit: the last user turn quotes code or text (a fenced block, or lines quoted with `> `)
+- an edit: the last user turn quotes code or text (a fenced block, or lines quoted with `>`)
   and asks to change it (rename, fix, add, ...): the reply re-emits the quoted text with one
   small change (the rename it asks for, else one line marked edited), fenced, after a short
   preamble. Most of it is in the prompt: an n-gram drafter's case.
@@ -24,7 +24,7 @@ from typing import Any, Final
 
 _TOKEN: Final = re.compile(r" ?[A-Za-z_]+| ?\d{1,3}| ?[^\sA-Za-z_\d]+|\s+(?!\S)|\s+")
 _FENCE: Final = re.compile(r"```([^\n`]*)\n(.*?)\n?```", re.DOTALL)
-_QUOTED: Final = re.compile(r"(?:^> ?.*(?:\n|$)){2,}", re.MULTILINE)
+_QUOTED: Final = re.compile(r"(?:^>(?: .*)?(?:\n|$))+", re.MULTILINE)
 _EDIT_ASK: Final = re.compile(
     r"\b(rename|change|modify|edit|fix|refactor|rewrite|update|replace|add|remove|convert|"
     r"correct|proofread|reword|make)\b", re.IGNORECASE)
@@ -32,7 +32,8 @@ _RENAME: Final = re.compile(
     r"\brename\s+(?:the\s+\w+\s+)?[`'\"]?([A-Za-z_]\w*)[`'\"]?\s+(?:to|as|into)\s+[`'\"]?"
     r"([A-Za-z_]\w*)", re.IGNORECASE)
 PREAMBLE: Final = "Here is the updated version:\n\n"
-EDIT_MARK: Final = "  # edited"
+EDIT_MARK: Final = "  # edited"  # on a line of code (a fenced block)
+TEXT_MARK: Final = " (edited)"  # on a line of quoted text
 
 
 def tokenize(text: str) -> list[str]:
@@ -47,30 +48,34 @@ class Edit:
     quote: str
     info: str
     ask: str
+    fenced: bool = True  # a fenced block (code); else lines quoted with `> ` (text)
 
     def reply(self) -> str:
-        """The quote re-emitted with the asked rename (else one line marked edited), fenced."""
+        """The quote re-emitted with the asked rename (else one line marked edited), fenced as
+        it came (a quote of text comes back as plain text)."""
+        if not self.fenced:
+            return f"{PREAMBLE}{changed(self.quote, self.ask, TEXT_MARK)}\n"
         return f"{PREAMBLE}```{self.info}\n{changed(self.quote, self.ask)}\n```\n"
 
 
 def edit_of(body: Mapping[str, Any]) -> Edit | None:
     """The edit the last user turn asks for, or None (no quoted text, or no edit ask)."""
     text = last_user_text(body)
-    fenced = [(m.group(2), m.group(1).strip(), m.span()) for m in _FENCE.finditer(text)]
+    fenced = [(m.group(2), m.group(1).strip(), m.span(), True) for m in _FENCE.finditer(text)]
     quoted = [("\n".join(line[2:] if line.startswith("> ") else line[1:]
-                         for line in m.group(0).rstrip("\n").split("\n")), "", m.span())
+                         for line in m.group(0).rstrip("\n").split("\n")), "", m.span(), False)
               for m in _QUOTED.finditer(text)]
     blocks = [b for b in fenced + quoted if b[0].strip()]
     if not blocks:
         return None
-    quote, info, (start, end) = max(blocks, key=lambda b: len(b[0]))
+    quote, info, (start, end), is_fenced = max(blocks, key=lambda b: len(b[0]))
     ask = text[:start] + text[end:]
     if not _EDIT_ASK.search(ask):
         return None
-    return Edit(quote, info, ask)
+    return Edit(quote, info, ask, is_fenced)
 
 
-def changed(quote: str, ask: str) -> str:
+def changed(quote: str, ask: str, mark: str = EDIT_MARK) -> str:
     """`quote` with the rename `ask` names, or, if it names none found there, its middle
     non-blank line marked edited: a small change, most of the text as it was."""
     rename = _RENAME.search(ask)
@@ -83,7 +88,7 @@ def changed(quote: str, ask: str) -> str:
     filled = [i for i, line in enumerate(lines) if line.strip()]
     if filled:
         middle = filled[len(filled) // 2]
-        lines[middle] += EDIT_MARK
+        lines[middle] += mark
     return "\n".join(lines)
 
 

@@ -1,18 +1,22 @@
-"""`specroute demo`: the router in front of a backend pair, a mixed workload, a table per class.
+"""`specroute demo`: the router in front of three instances, a mixed workload, a table per class.
 
 `--backends local` (what `make demo` runs) builds once and caches llama-server and the Qwen2.5-
-Coder 1.5B target / 0.5B draft pair, launches a plain and a depth-1 instance on loopback and
-puts the router in front of them. `--backends fake` uses two simulated engines pacing tokens by
-the GB10 cost model with per-class acceptance (seconds, nothing to build).
+Coder 1.5B target / 0.5B draft pair, launches three instances on loopback (plain, n-gram prompt
+lookup: `speculation: {type: ngram-simple}`, and the 0.5B as a depth-1 draft model) and puts
+the router in front of them. `--backends fake` uses three simulated engines pacing tokens by
+the GB10 cost model (plain, MTP-1 with per-class acceptance, n-gram prompt lookup; seconds,
+nothing to build).
 
 `--front envoy` puts a real Envoy (1.40, from the cache; `deploy/envoy/envoy.yaml` as shipped) in
 front instead, with the router as its endpoint picker (`specroute epp`): the same decisions, the
 same records, Envoy relaying the bytes.
 
-Three phases, all through the `openai` SDK: every request pinned to `mtp` and to `plain`
-(measuring both instances), then `specroute learn` on the decision log (the demo policy trusts
-a class after `--min-samples` requests per arm), then every request on `auto`: the route the
-learner chose for this machine.
+Three phases, all through the `openai` SDK: every request pinned to each instance in turn (a
+named pool of one instance each, `x-specroute-route: <instance>`: measuring all three), then
+`specroute learn` on the decision log (the demo policy trusts a class after `--min-samples`
+requests per arm), then every request on `auto`: the route the learner chose for this machine.
+The workload (`router.ops.workload`) includes code edits (a function returned whole with a
+rename): the class prompt lookup exists for.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import openai
 from aiohttp import web
 
 from backends.local.simulator import CostModel, SimState, create_sim_app
-from backends.spec import BackendSpec
+from backends.spec import BackendSpec, Speculation
 from decisionlog.records import RouteRecord
 from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
@@ -43,10 +47,12 @@ from router.serve import start_site
 from router.state import CONFIG, ONLINE, Deps
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
-# model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%).
-GB10_ACCEPTANCE = {"agent": 0.926, "code": 0.854, "technical": 0.802, "prose": 0.604, "chat": 0.602}
+# model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%); an edit's reply is
+# mostly a copy of its prompt, which MTP-1 predicts almost always.
+GB10_ACCEPTANCE = {"agent": 0.926, "code": 0.854, "technical": 0.802, "prose": 0.604, "chat": 0.602,
+                   "edit": 0.97}
 DEMO_TIME_SCALE = 0.15  # the simulated engines run at 0.15x of GB10 step times
-CLASSES = ("agent", "code", "technical", "prose", "chat")
+CLASSES = ("agent", "code", "edit", "technical", "prose", "chat")
 Stop = Any
 
 
@@ -88,11 +94,13 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         collect = _Collect()
         config = Config(
             backends=specs, policy=str(policy), learn={"interval_s": 0},
+            pools={spec.name: [spec.name] for spec in specs},  # to pin each instance alone
             log=LogConfig(path=str(out / "decisions.jsonl")),
             supervisor=SupervisorConfig(log_dir=str(out / "backends")),
         )
         app = create_app(config, deps=Deps(sinks=(collect,), explore=False))
-        print("starting the router" + (" and the two llama-server instances" if backends == "local" else ""))
+        print("starting the router" + (f" and the {len(specs)} llama-server instances"
+                                       if backends == "local" else ""))
         _, port, stop_router = await start_site(app)
         stops.insert(0, stop_router)
         base_url = f"http://127.0.0.1:{port}/v1"
@@ -100,7 +108,8 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
             base_url = await _behind_envoy(app, out, stops)
         print(f"router on {base_url} ; decision log {config.log.path}")
         items = requests_for(n, model=model, max_tokens=max_tokens)
-        true_class = await _replay(base_url, items, ("mtp", "plain"), "measure both instances")
+        names = [spec.name for spec in specs]
+        true_class = await _replay(base_url, items, names, f"measure the {len(names)} instances")
         learn_now(app, datetime.now(UTC))
         reload_once(app)
         print("\n".join(describe_model(app[ONLINE].model)))
@@ -109,7 +118,7 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         for stop in stops:
             await stop()
     print()
-    print(format_table(collect.records, true_class))
+    print(format_table(collect.records, true_class, [spec.name for spec in specs]))
     print(f"\n{len(collect.records)} decisions in {config.log.path}")
     print(f"  specroute tail {config.log.path}          # one line per request")
     print(f"  specroute report {config.log.path} --project-onto gb10   # the same traffic on a GB10")
@@ -142,29 +151,42 @@ async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> s
 async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], str]:
     if kind == "local":
         return _local_specs()
-    print("specroute demo: two SIMULATED engines (GB10 cost model, per-class acceptance), "
-          f"time scale {DEMO_TIME_SCALE}x")
+    print("specroute demo: three SIMULATED engines (GB10 cost model: plain, MTP-1 with per-class "
+          f"acceptance, n-gram prompt lookup), time scale {DEMO_TIME_SCALE}x")
     truth = class_by_key()
     specs = []
-    for profile in ("mtp", "plain"):
-        sim = SimState(profile=profile, cost=CostModel(), acceptance=GB10_ACCEPTANCE,
-                       reply_tokens=1024, time_scale=DEMO_TIME_SCALE, model="deepseek-v4-flash-sim",
+    for name, profile, speculation in (("mtp-0", "mtp", ""), ("plain-0", "plain", ""),
+                                       ("ngram-0", "mtp", "ngram")):
+        sim = SimState(profile=profile, speculation=speculation, cost=CostModel(),
+                       acceptance=GB10_ACCEPTANCE, reply_tokens=1024, time_scale=DEMO_TIME_SCALE,
+                       model="deepseek-v4-flash-sim",
                        class_of=lambda body: truth.get(last_text(body), "technical"))
         _, port, stop = await start_site(create_sim_app(sim))
         stops.append(stop)
-        specs.append(BackendSpec(name=f"{profile}-0", engine="llamacpp", profile=profile,
-                                 url=f"http://127.0.0.1:{port}"))
+        url = f"http://127.0.0.1:{port}"
+        if speculation:
+            specs.append(BackendSpec(name=name, engine="llamacpp", url=url,
+                                     speculation=Speculation(type="ngram-simple")))
+        else:
+            specs.append(BackendSpec(name=name, engine="llamacpp", profile=profile, url=url))
     return specs, "deepseek-v4-flash-sim"
 
 
 def _local_specs() -> tuple[list[BackendSpec], str]:
+    from backends.local.cache import free_loopback_port
     from backends.local.pair import ensure_pair, local_pair_specs
 
-    print("specroute demo: the real local llama.cpp pair (Qwen2.5-Coder 1.5B, draft 0.5B, depth 1);"
-          " the first run builds and downloads into the cache (~10-15 minutes), later runs reuse it")
+    print("specroute demo: three real local llama.cpp instances of Qwen2.5-Coder 1.5B (plain, "
+          "n-gram prompt lookup, the 0.5B as a depth-1 draft); the first run builds and downloads "
+          "into the cache (~10-15 minutes), later runs reuse it")
     pair = ensure_pair("qwen")
-    specs = local_pair_specs("qwen")
-    return specs, pair.target.stem
+    plain, draft = local_pair_specs("qwen")
+    assert plain.launch is not None
+    # the target alone, drafting from the prompt (ngram-simple, the engine's own depth)
+    ngram = BackendSpec(name="qwen-ngram", engine="llamacpp",
+                        speculation=Speculation(type="ngram-simple"),
+                        launch=plain.launch.model_copy(update={"port": free_loopback_port()}))
+    return [plain, ngram, draft], pair.target.stem
 
 
 async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str], what: str) -> dict[str, str]:
@@ -189,37 +211,46 @@ async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str
     return true_class
 
 
-def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str]) -> str:
-    """Per true class: the route chosen on `auto`, acceptance, decode tokens/s per instance (the
-    startup probe's records are the proxy's own measurements, not the workload's)."""
+def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str],
+                 instances: Sequence[str] = ()) -> str:
+    """Per true class: where `auto` sent it, and each instance's decode ms per token (with its
+    acceptance where it drafted) from the requests pinned to it; the startup probe's records are
+    the proxy's own measurements, not the workload's. Instances in `instances`' order (the rest
+    as first served)."""
     rows: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    served = list(instances)
     for r in records:
         if r.decision.get("reason") == PROBE_REASON:
             continue
         row = rows[true_class.get(r.request_id) or str(r.classifier.get("class"))]
+        backend = r.outcome.backend
+        if backend and backend not in served:
+            served.append(backend)
         if r.decision["reason"] == "header":
             tps = r.outcome.decode_tps or r.outcome.backend_tps
             if tps:
-                row[f"tps_{r.outcome.profile}"].append(tps)
+                row[f"ms {backend}"].append(1000.0 / tps)
             if r.acceptance is not None:
-                row["acceptance"].append(r.acceptance)
+                row[f"accept {backend}"].append(r.acceptance)
         else:
-            row["routes"].append(r.outcome.profile)
+            row["routes"].append(backend)
             row["classified"].append(r.classifier.get("class"))
-    header = (f"{'class':<10} {'n':>3} {'classified as':<22} {'route (auto)':<14} "
-              f"{'accept':>6} {'mtp tok/s':>9} {'plain tok/s':>11} {'mtp/plain':>9}")
+    header = f"{'class':<10} {'n':>3} {'classified as':<22} {'route (auto)':<28} " + " ".join(
+        f"{name + ' ms/tok':>20}" for name in served)
     lines = [header, "-" * len(header)]
-    for cls in CLASSES:
+    for cls in (*CLASSES, *sorted(set(rows) - set(CLASSES))):
         if cls not in rows:
             continue
         row = rows[cls]
-        mtp, plain = _median(row["tps_mtp"]), _median(row["tps_plain"])
-        ratio = f"{mtp / plain:9.3f}" if mtp and plain else f"{'-':>9}"
-        lines.append(
-            f"{cls:<10} {len(row['routes']):>3} {_counts(row['classified']):<22} "
-            f"{_counts(row['routes']):<14} {_fmt(_median(row['acceptance']), 6, 2)} "
-            f"{_fmt(mtp, 9, 1)} {_fmt(plain, 11, 1)} {ratio}"
-        )
+        cells = []
+        for name in served:
+            ms, accept = _median(row[f"ms {name}"]), _median(row[f"accept {name}"])
+            cell = _fmt(ms, 1) + (f" ({accept:.2f})" if accept is not None else "")
+            cells.append(f"{cell:>20}")
+        lines.append(f"{cls:<10} {len(row['routes']):>3} {_counts(row['classified']):<22} "
+                     f"{_counts(row['routes']):<28} " + " ".join(cells))
+    lines.append("(ms/tok: median decode milliseconds per token of the requests pinned to the "
+                 "instance; in parentheses, its draft acceptance)")
     return "\n".join(lines)
 
 
@@ -234,5 +265,5 @@ def _median(values: Sequence[float]) -> float | None:
     return median(values) if values else None
 
 
-def _fmt(value: float | None, width: int, digits: int) -> str:
-    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+def _fmt(value: float | None, digits: int) -> str:
+    return f"{value:.{digits}f}" if value is not None else "-"

@@ -1,7 +1,10 @@
 """The demo's embedded mixed workload (`router.ops.demo`): a few requests per class.
 
 Each item carries its true class (what the reply will be like), so that a replay can report
-per class and a simulated engine can pace each class by its own acceptance.
+per class and a simulated engine can pace each class by its own acceptance. The `edit` class
+quotes a Python function (or a paragraph) and asks for it back whole with a small change: most
+of the answer is in the prompt, where prompt-lookup (n-gram) speculation finds it.
+`FUNCTIONS`, `PARAGRAPHS` and the asks are what `bench.arms` draws its edits from too.
 """
 
 from __future__ import annotations
@@ -66,6 +69,128 @@ def _chat(text: str, **extra: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], **extra}
 
 
+# Real-looking Python, 20-40 lines each: (the function, an identifier in it, a new name for it).
+FUNCTIONS: Final[tuple[tuple[str, str, str], ...]] = (
+    ('''def fetch_json(session, url, *, attempts=4, backoff=0.5, timeout=10.0):
+    """GET `url` and decode its JSON body, retrying refused connections and 5xx answers."""
+    delay = backoff
+    last_error = None
+    for attempt in range(1, attempts + 1):
+        try:
+            response = session.get(url, timeout=timeout)
+        except ConnectionError as error:
+            last_error = error
+        else:
+            if response.status_code < 500:
+                response.raise_for_status()
+                return response.json()
+            last_error = RuntimeError(f"{url}: HTTP {response.status_code}")
+        if attempt == attempts:
+            break
+        log.warning("attempt %d of %d for %s failed: %s", attempt, attempts, url, last_error)
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)
+    raise RuntimeError(f"{url}: gave up after {attempts} attempts") from last_error''',
+     "fetch_json", "get_json"),
+    ('''def summarize_orders(orders, *, currency="EUR", since=None):
+    """Totals per customer of the paid orders in `currency`, largest first."""
+    totals = {}
+    counts = {}
+    for order in orders:
+        if order["status"] != "paid":
+            continue
+        if order["currency"] != currency:
+            continue
+        if since is not None and order["paid_at"] < since:
+            continue
+        customer = order["customer_id"]
+        amount = sum(line["price"] * line["quantity"] for line in order["lines"])
+        amount -= order.get("discount", 0)
+        totals[customer] = totals.get(customer, 0) + amount
+        counts[customer] = counts.get(customer, 0) + 1
+    rows = [
+        {"customer": customer, "total": round(total, 2), "orders": counts[customer]}
+        for customer, total in totals.items()
+    ]
+    rows.sort(key=lambda row: row["total"], reverse=True)
+    return rows''', "totals", "revenue"),
+    ('''def load_settings(path, defaults=None):
+    """Read KEY=VALUE lines from `path` over `defaults`; ints and booleans are converted."""
+    settings = dict(defaults or {})
+    with open(path, encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if "=" not in line:
+                raise ValueError(f"{path}:{number}: expected KEY=VALUE, got {raw.strip()!r}")
+            key, value = (part.strip() for part in line.split("=", 1))
+            if not key.isidentifier():
+                raise ValueError(f"{path}:{number}: {key!r} is not a valid key")
+            if value.lower() in ("true", "yes", "on"):
+                settings[key] = True
+            elif value.lower() in ("false", "no", "off"):
+                settings[key] = False
+            elif value.lstrip("-").isdigit():
+                settings[key] = int(value)
+            else:
+                settings[key] = value.strip('"')
+    return settings''', "load_settings", "read_settings"),
+    ('''class RateLimiter:
+    """At most `rate` calls per `per` seconds for each key (a sliding window)."""
+
+    def __init__(self, rate, per=1.0, clock=time.monotonic):
+        self.rate = rate
+        self.per = per
+        self.clock = clock
+        self.calls = collections.defaultdict(collections.deque)
+
+    def allow(self, key):
+        now = self.clock()
+        window = self.calls[key]
+        while window and now - window[0] >= self.per:
+            window.popleft()
+        if len(window) >= self.rate:
+            return False
+        window.append(now)
+        return True
+
+    def wait_time(self, key):
+        window = self.calls[key]
+        if len(window) < self.rate:
+            return 0.0
+        return max(0.0, self.per - (self.clock() - window[0]))''', "RateLimiter", "SlidingLimiter"),
+)
+PARAGRAPHS: Final = (
+    ("Our team met on Tuesday to reveiw the quarterly roadmap. We agreed that the billing "
+     "migration comes first, because the old system will loose vendor support in March. The "
+     "search redesign moves to the next quarter, and the mobile app keeps its current scope. "
+     "Please send any concerns to Priya before Friday, so that she can update the plan and "
+     "share it with the wider group."),
+    ("The museum opens at nine on weekdays and at ten on weekends. Tickets can be bought at the "
+     "door or online, where they are slightly cheaper. Guided tours leave every hour from the "
+     "main hall; they last about fourty minutes and are included in the ticket price. The cafe "
+     "on the top floor has a view of the river and serves lunch untill three."),
+)
+EDIT_ASKS: Final = (
+    "Rename `{old}` to `{new}` in this code and return the whole code:",
+    "Please rename {old} to {new} below and give me the complete updated code.",
+    "Refactor: rename `{old}` to `{new}`. Return the full code, nothing else.",
+    "Add a short comment above the trickiest line of this code and return it whole:",
+)
+
+
+def edit_ask(function: str, old: str, new: str, how: int = 0) -> str:
+    """An ask to edit `function` and return it whole, in one of `EDIT_ASKS`' phrasings."""
+    ask = EDIT_ASKS[how % len(EDIT_ASKS)].format(old=old, new=new)
+    return f"{ask}\n\n```python\n{function}\n```"
+
+
+def text_edit_ask(paragraph: str) -> str:
+    """An ask to correct a quoted paragraph and return it whole."""
+    return f"Fix the spelling mistakes in this paragraph and return it whole:\n\n> {paragraph}\n"
+
+
 MIXED: Final[tuple[WorkItem, ...]] = (
     WorkItem("agent", "en", _chat("What's the weather in Lisbon right now?", tools=[WEATHER_TOOL])),
     WorkItem("agent", "en", _chat("Is it colder in Oslo or in Helsinki today?", tools=[WEATHER_TOOL])),
@@ -81,7 +206,10 @@ MIXED: Final[tuple[WorkItem, ...]] = (
     }),
     WorkItem("agent", "zh", _chat("帮我查一下北京明天的天气", tools=[WEATHER_TOOL])),
     WorkItem("code", "en", _chat("Write a Python function that merges two sorted lists into one sorted list.")),
-    WorkItem("code", "en", _chat("Fix this function:\n```python\ndef mean(xs):\n    return sum(xs) / len(xs)\n```\nIt crashes on an empty list.")),
+    WorkItem("edit", "en", _chat(edit_ask(*FUNCTIONS[0]))),
+    WorkItem("edit", "en", _chat(text_edit_ask(PARAGRAPHS[0]))),
+    WorkItem("edit", "en", _chat(edit_ask(*FUNCTIONS[2], how=2))),
+    WorkItem("edit", "en", _chat("Fix this function:\n```python\ndef mean(xs):\n    return sum(xs) / len(xs)\n```\nIt crashes on an empty list.")),
     WorkItem("code", "en", _chat("Write a SQL query that returns the ten customers with the highest total order value.")),
     WorkItem("code", "zh", _chat("用 Python 写一个函数，判断一个字符串是不是回文。")),
     WorkItem("technical", "en", _chat("Explain how a B-tree keeps itself balanced on insertion.")),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from backends.local.simreply import EDIT_MARK, PREAMBLE, edit_of, tokenize
+from backends.local.simreply import EDIT_MARK, PREAMBLE, TEXT_MARK, edit_of, tokenize
 from backends.local.simulator import MACHINES, CostModel, SimState, create_sim_app, decode_plan
 
 FUNCTION = '''def total_price(items, discount=0.0):
@@ -139,3 +139,9 @@ async def test_sglang_style_stats_count_verify_cycles_not_drafted_tokens() -> No
                                           json=_body(RENAME, return_meta_info=True))).json()
     assert answer["choices"][0]["meta_info"]["spec_verify_ct"] == plan.verify_ct
     assert plan.verify_ct < plan.draft_n
+
+
+def test_quoted_text_comes_back_as_text_with_one_line_marked() -> None:
+    body = _body("Fix the typos and return it whole:\n> Teh cat sat\n> on teh mat.\n")
+    reply = "".join(decode_plan(_state("plain"), body).tokens)
+    assert reply == f"{PREAMBLE}Teh cat sat\non teh mat.{TEXT_MARK}\n"

@@ -12,24 +12,55 @@ from router.ops.demo import format_table, run_demo
 from tests.backends.local.test_envoy import require_envoy
 
 
-def _record(request_id: str, reason: str, profile: str, cls: str = "technical") -> RouteRecord:
+def _record(request_id: str, reason: str, backend: str, cls: str = "technical",
+            tps: float = 20.0, draft: tuple[int, int] | None = None) -> RouteRecord:
+    profile = "plain" if backend.startswith("plain") else "mtp"
     return RouteRecord(
         ts="2026-12-01T00:00:00.000Z", request_id=request_id, endpoint="chat", model="m",
         stream=False, conversation="c", features={}, classifier={"class": cls, "lang": "en"},
-        decision={"profile": profile, "backend": f"{profile}-0", "reason": reason},
-        outcome=Outcome(status=200, backend=f"{profile}-0", profile=profile, completion_tokens=32,
-                        decode_tps=10.0 if profile == "mtp" else 20.0), overhead_ms=0.1)
+        decision={"profile": profile, "backend": backend, "reason": reason},
+        outcome=Outcome(status=200, backend=backend, profile=profile, completion_tokens=32,
+                        decode_tps=tps, draft_n=draft[0] if draft else None,
+                        draft_accepted=draft[1] if draft else None), overhead_ms=0.1)
 
 
 def test_the_startup_probe_is_not_counted_as_the_workloads_route() -> None:
-    records = [_record("probe_mtp-0", "probe", "mtp"), _record("probe_plain-0", "probe", "plain"),
-               _record("r1", "header", "mtp"), _record("r2", "header", "plain"),
-               _record("r3", "finish", "plain"), _record("r4", "finish", "plain")]
-    row = next(line for line in format_table(records, {}).splitlines()
-               if line.startswith("technical"))
-    assert row.split()[1] == "2"  # the two auto requests, not the probes
-    assert row.split()[3] == "plain:2"  # the route column: no probe's mtp in it
-    assert row.split()[-1] == "0.500"  # mtp/plain from the pinned requests: 10 over 20 tok/s
+    records = [_record("probe_mtp-0", "probe", "mtp-0"), _record("probe_plain-0", "probe", "plain-0"),
+               _record("r1", "header", "mtp-0", tps=10.0, draft=(20, 15)),
+               _record("r2", "header", "plain-0"), _record("r3", "header", "ngram-0", tps=40.0),
+               _record("r4", "finish", "plain-0"), _record("r5", "finish", "plain-0")]
+    table = format_table(records, {}, ["plain-0", "ngram-0", "mtp-0"])
+    header = table.splitlines()[0].split()
+    assert header[-6:] == ["plain-0", "ms/tok", "ngram-0", "ms/tok", "mtp-0", "ms/tok"]
+    row = next(line for line in table.splitlines() if line.startswith("technical")).split()
+    assert row[1] == "2"  # the two auto requests, not the probes
+    assert row[3] == "plain-0:2"  # where auto sent them: no probe in it
+    # each instance's ms per token from the requests pinned to it, acceptance where it drafted
+    assert row[4:] == ["50.0", "25.0", "100.0", "(0.75)"]
+
+
+def test_a_class_not_measured_on_an_instance_shows_a_dash() -> None:
+    records = [_record("r1", "header", "plain-0", cls="edit"), _record("r2", "finish", "ngram-0")]
+    row = next(line for line in format_table(records, {"r1": "edit", "r2": "edit"},
+                                             ["plain-0", "ngram-0"]).splitlines()
+               if line.startswith("edit")).split()
+    assert row[3:] == ["ngram-0:1", "50.0", "-"]
+
+
+def test_the_simulated_demo_measures_three_instances_then_routes_on_auto(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_demo(backends="fake", requests=3, max_tokens=16, min_samples=1,
+                    out=str(tmp_path)) == 0
+    printed = capsys.readouterr().out
+    assert all(f"{name} ms/tok" in printed for name in ("mtp-0", "plain-0", "ngram-0"))
+    records = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    workload = [r for r in records if not r["request_id"].startswith("probe_")]
+    pinned = [r for r in workload if r["decision"]["reason"] == "header"]
+    # each of the 3 requests pinned to each instance alone (a pool of one), then 3 on auto
+    assert sorted(r["outcome"]["backend"] for r in pinned) == sorted(
+        ["mtp-0", "plain-0", "ngram-0"] * 3)
+    assert len(workload) == 12
+    assert all(r["outcome"]["status"] == 200 for r in workload)
 
 
 def test_the_demo_behind_a_real_envoy_routes_and_records_through_the_picker(
@@ -41,11 +72,11 @@ def test_the_demo_behind_a_real_envoy_routes_and_records_through_the_picker(
     assert "specroute its endpoint picker" in printed
     records = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     workload = [r for r in records if not r["request_id"].startswith("probe_")]
-    # 2 requests pinned to each instance, then 2 on auto: each through Envoy, read by the
-    # picker (the pin is a request header it saw; the tokens come from the answer it watched)
-    assert [r["decision"]["reason"] for r in workload].count("header") == 4
-    assert len(workload) == 6
+    # 2 requests pinned to each of the 3 instances, then 2 on auto: each through Envoy, read by
+    # the picker (the pin is a request header it saw; the tokens come from the answer it watched)
+    assert [r["decision"]["reason"] for r in workload].count("header") == 6
+    assert len(workload) == 8
     assert all(r["outcome"]["status"] == 200 and r["outcome"]["completion_tokens"] > 0
                for r in workload)
-    assert {r["outcome"]["profile"] for r in workload if r["decision"]["reason"] == "header"} \
-        == {"mtp", "plain"}
+    assert {r["outcome"]["backend"] for r in workload if r["decision"]["reason"] == "header"} \
+        == {"mtp-0", "plain-0", "ngram-0"}
