@@ -1,20 +1,25 @@
-"""At start: do both profiles serve the same model, and does the mtp instance really speculate?
+"""At start: do both profiles serve the same model, and does each speculating instance really
+draft?
 
 Routing between a speculative and a plain instance only makes sense if they return the same
 tokens: same model on both (compared by the ids of `GET /v1/models`). A mismatch refuses the
-start. Then one short greedy request goes to every backend, one backend at a time (instances
-that share a machine must not share it while they are timed): the mtp instances must report
-drafted tokens (llama.cpp timings, vLLM metrics, SGLang meta_info, or Prometheus counter
-deltas); when they report none, or the engine reports nothing, the result carries a warning,
-not a refusal. Each answer is kept with its wall time (`ProbeResult.timed`): the router takes
-them as the first measurements of this machine's paces.
+start. Then every backend answers two short greedy requests, one backend and one request at a
+time (instances that share a machine must not share it while they are timed): a copy-heavy one
+(rename a function in a short module quoted in the prompt, return the whole module) and a
+free-form one (a short story). A prompt-lookup (n-gram) instance drafts only on the first, a
+draft model or an MTP head on both, so the verdict is over both: a speculating instance (profile
+mtp, whatever its type) that drafted on neither, or whose engine reports nothing, is a warning,
+not a refusal; so is a plain instance that drafts. Drafts are read from the answer (llama.cpp
+timings, vLLM metrics, SGLang meta_info) or from Prometheus counter deltas around it. Each answer
+is kept with its wall time (`ProbeResult.timed`): the router takes them as the first
+measurements of this machine's paces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -30,8 +35,55 @@ from backends.stats import (
     read_report,
 )
 
-PROBE_PROMPT = "Count from 1 to 20, separated by commas."
-PROBE_MAX_TOKENS = 32  # long enough to time a decode, short enough for a slow CPU start
+# The module the copy probe quotes (25 lines): most of a right answer is in the prompt.
+PROBE_MODULE = '''\
+from dataclasses import dataclass
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int
+
+
+def total_value(items):
+    """The value of everything in stock."""
+    return sum(item.price * item.quantity for item in items)
+
+
+def restock(items, name, amount):
+    for item in items:
+        if item.name == name:
+            item.quantity += amount
+            return item
+    raise KeyError(name)
+
+
+def cheapest(items):
+    return min(items, key=lambda item: item.price)'''
+COPY_PROMPT = ("Rename the function `total_value` to `stock_value` in this Python module and "
+               f"return the whole module:\n\n```python\n{PROBE_MODULE}\n```")
+FREE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One timed probe request: its kind (the record's `probe_{backend}_{kind}`), the user turn,
+    and a bound on the answer that keeps the start short on a slow CPU."""
+
+    kind: str
+    prompt: str
+    max_tokens: int
+
+    def body(self, model: str) -> dict[str, object]:
+        """The request as the client side writes it (no engine tweaks)."""
+        return {"model": model, "messages": [{"role": "user", "content": self.prompt}],
+                "max_tokens": self.max_tokens, "temperature": 0, "stream": False}
+
+
+PROBES: tuple[Probe, ...] = (Probe("copy", COPY_PROMPT, 64), Probe("free", FREE_PROMPT, 32))
+PROBE_KINDS: Mapping[str, Probe] = {probe.kind: probe for probe in PROBES}
 
 
 class CapabilityError(RuntimeError):
@@ -51,14 +103,28 @@ class TimedProbe:
 class ProbeResult:
     models: Mapping[str, tuple[str, ...]]  # backend -> the model ids it serves
     common_model: str  # the id sent in the probe requests ("" if none is shared)
-    drafted: Mapping[str, int | None]  # backend -> drafted tokens seen (None: not reported)
+    # backend -> tokens drafted over its probes (None: none answered, or nothing was reported)
+    drafted: Mapping[str, int | None]
     errors: tuple[str, ...]  # reasons to refuse the start
-    warnings: tuple[str, ...]
-    timed: Mapping[str, TimedProbe] = field(default_factory=dict)  # backend -> its answer
+    general_warnings: tuple[str, ...]  # about the backends together
+    # backend -> probe kind -> its answer, in probe order (answers that failed are not here)
+    timed: Mapping[str, Mapping[str, TimedProbe]] = field(default_factory=dict)
+    backend_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Every warning: each backend's, then those about them together."""
+        return tuple(w for ws in self.backend_warnings.values() for w in ws) + \
+            self.general_warnings
+
+    def drafts(self, name: str) -> bool | None:
+        """Did `name` draft on its probes (None: not probed, or no drafts reported)?"""
+        drafted = self.drafted.get(name)
+        return None if drafted is None else drafted > 0
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -71,35 +137,41 @@ async def capability_probe(
     *,
     adapters: Mapping[str, EngineAdapter] = ADAPTERS,
     timeout_s: float = 120.0,
-    max_tokens: int = PROBE_MAX_TOKENS,
+    probes: Sequence[Probe] = PROBES,
 ) -> ProbeResult:
-    """Compare the models of every backend, then send each one short greedy request, in turn."""
+    """Compare the models of every backend, then send each one the probes, in turn."""
     listed = await asyncio.gather(*(_model_ids(s, adapters, session, timeout_s) for s in specs))
     models = {spec.name: ids for spec, (ids, _) in zip(specs, listed)}
-    warnings = [why for _, why in listed if why]
+    warned = {spec.name: [why] if why else [] for spec, (_, why) in zip(specs, listed)}
     errors = _model_mismatch(specs, models)
     common = common_model(models)
     drafted: dict[str, int | None] = {}
-    timed: dict[str, TimedProbe] = {}
-    if not errors and common:
-        for spec in specs:
-            if not models[spec.name]:
-                continue
-            probe, why = await _probe_request(spec, adapters[spec.engine], session, common,
-                                              timeout_s, max_tokens)
-            drafted[spec.name] = probe.report.draft_n
-            warnings += [why] if why else _speculation_warnings(spec, probe.report)
-            if not why:
-                timed[spec.name] = probe
+    timed: dict[str, dict[str, TimedProbe]] = {}
+    for spec in specs if not errors and common else ():
+        if not models[spec.name]:
+            continue
+        answers, failures = await _probe_backend(spec, adapters[spec.engine], session, common,
+                                                 timeout_s, probes)
+        drafted[spec.name] = total_drafted(answers.values())
+        warned[spec.name] += failures + _speculation_warnings(spec, answers)
+        if answers:
+            timed[spec.name] = answers
+    general = []
     if {spec.profile for spec in specs} != {"mtp", "plain"}:
-        warnings.append("only one profile is configured: every request goes to it")
-    return ProbeResult(models, common, drafted, tuple(errors), tuple(warnings), timed)
+        general.append("only one profile is configured: every request goes to it")
+    return ProbeResult(models, common, drafted, tuple(errors), tuple(general), timed,
+                       {name: tuple(ws) for name, ws in warned.items() if ws})
 
 
-def probe_body(model: str, max_tokens: int = PROBE_MAX_TOKENS) -> dict[str, object]:
-    """The probe request: a short greedy generation, the same for every backend."""
-    return {"model": model, "messages": [{"role": "user", "content": PROBE_PROMPT}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": False}
+def total_drafted(answers: Iterable[TimedProbe]) -> int | None:
+    """Tokens drafted over `answers` (None: none of them reports drafts)."""
+    counts = [a.report.draft_n for a in answers if a.report.draft_n is not None]
+    return sum(counts) if counts else None
+
+
+def probe_body(model: str, kind: str = "free") -> dict[str, object]:
+    """The probe request of `kind` (`PROBES`): greedy and bounded, the same for every backend."""
+    return PROBE_KINDS[kind].body(model)
 
 
 async def _model_ids(
@@ -140,11 +212,27 @@ def common_model(models: Mapping[str, tuple[str, ...]]) -> str:
     return min(shared) if shared else ""
 
 
+async def _probe_backend(
+    spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
+    model: str, timeout_s: float, probes: Sequence[Probe],
+) -> tuple[dict[str, TimedProbe], list[str]]:
+    """Each probe on `spec`, one after the other: the answers by kind, and why any failed."""
+    answers: dict[str, TimedProbe] = {}
+    failures: list[str] = []
+    for probe in probes:
+        answer, why = await _probe_request(spec, adapter, session, model, timeout_s, probe)
+        if why:
+            failures.append(why)
+        else:
+            answers[probe.kind] = answer
+    return answers, failures
+
+
 async def _probe_request(
     spec: BackendSpec, adapter: EngineAdapter, session: aiohttp.ClientSession,
-    model: str, timeout_s: float, max_tokens: int,
+    model: str, timeout_s: float, probe: Probe,
 ) -> tuple[TimedProbe, str]:
-    sent = probe_body(model, max_tokens)
+    sent = probe.body(model)
     body = adapter.request_tweaks(dict(sent), stream=False, path="/v1/chat/completions").body
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
@@ -161,7 +249,8 @@ async def _probe_request(
             delta = counter_delta(before, after or {}, adapter.counters)
             report = merge(report, delta)
     except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-        return TimedProbe(sent, EMPTY, 0.0), f"backend {spec.name!r}: the probe request failed: {error}"
+        return (TimedProbe(sent, EMPTY, 0.0),
+                f"backend {spec.name!r}: the {probe.kind} probe request failed: {error}")
     return TimedProbe(sent, report, elapsed_ms), ""
 
 
@@ -193,16 +282,21 @@ async def metrics_text(
         return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _speculation_warnings(spec: BackendSpec, report: UpstreamReport) -> list[str]:
-    if spec.profile == "mtp" and report.draft_n is None:
-        return [(f"backend {spec.name!r} (mtp): the engine reports no draft statistics; "
-                "speculation cannot be confirmed (decode tokens/s is still measured)")]
-    if spec.profile == "mtp" and report.draft_n == 0:
-        return [(f"backend {spec.name!r} (mtp) drafted no token on a greedy request: "
-                "speculation is not running there")]
-    if spec.profile == "plain" and report.draft_n:
-        return [(f"backend {spec.name!r} (plain) drafted {report.draft_n} tokens: "
-                "it speculates, so both profiles do")]
+def _speculation_warnings(spec: BackendSpec, answers: Mapping[str, TimedProbe]) -> list[str]:
+    """The verdict over every probe that answered: a speculating instance must draft on one of
+    them, a plain one on none."""
+    if not answers:
+        return []
+    drafted = total_drafted(answers.values())
+    label = f"backend {spec.name!r} ({spec.spec_key})"
+    if spec.profile == "mtp" and drafted is None:
+        return [(f"{label}: the engine reports no draft statistics; speculation cannot be "
+                 "confirmed (decode tokens/s is still measured)")]
+    if spec.profile == "mtp" and drafted == 0:
+        return [(f"{label} drafted no token on the greedy probes ({', '.join(answers)}): "
+                 "speculation is not running there")]
+    if spec.profile == "plain" and drafted:
+        return [f"{label} drafted {drafted} tokens: it speculates, so both profiles do"]
     return []
 
 

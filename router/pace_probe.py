@@ -1,11 +1,13 @@
 """The startup probe's answers as the decision log's first records: this machine's paces,
 measured on every instance before the first client request is routed.
 
-The capability probe (backends.capability) times one short greedy generation per backend, one
-at a time. Each answer becomes an ordinary record (decision reason `probe`) that goes through
-the record sinks like any request's: the online route model learns from it at once, the log
-keeps it for the periodic learner, `policy explain` and the report. Then the paces are held
-against the machine prior's: where the prior is far off, the log and `/readyz` say so.
+The capability probe (backends.capability) times two short greedy generations per backend (a
+copy-heavy one and a free-form one), one at a time. Each answer becomes an ordinary record
+(decision reason `probe`, request id `probe_{backend}_{kind}`, `outcome.spec` the instance's
+speculation key) that goes through the record sinks like any request's: the online route model
+learns from it at once, the log keeps it for the periodic learner, `policy explain` and the
+report. Then the paces are held against the machine prior's: where the prior is far off, the
+log and `/readyz` say so.
 
 No I/O: records and notes from the probe's result, the scorer and the time passed in.
 """
@@ -39,16 +41,17 @@ def probe_records(
     result: ProbeResult, specs: Sequence[BackendSpec], scorer: Scorer,
     count_tokens: TokenCounter | None, ts: datetime,
 ) -> list[RouteRecord]:
-    """One record per backend whose probe answered with a decode worth timing."""
-    profiles = {spec.name: spec.profile for spec in specs}
+    """One record per probe answer with a decode worth timing, backend by backend."""
+    configured = {spec.name: spec for spec in specs}
     stamp = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return [_record(name, profiles[name], probe, scorer, count_tokens, stamp)
-            for name, probe in result.timed.items()
-            if name in profiles and (probe.report.completion_tokens or 0) >= 2]
+    return [_record(configured[name], kind, probe, scorer, count_tokens, stamp)
+            for name, answers in result.timed.items() if name in configured
+            for kind, probe in answers.items() if (probe.report.completion_tokens or 0) >= 2]
 
 
-def _record(name: str, profile: str, probe: TimedProbe, scorer: Scorer,
+def _record(spec: BackendSpec, kind: str, probe: TimedProbe, scorer: Scorer,
             count_tokens: TokenCounter | None, ts: str) -> RouteRecord:
+    name, profile = spec.name, spec.profile
     view = view_request("chat", dict(probe.body))
     features = extract(view, count_tokens)
     scored = score_safely(scorer, view, features)
@@ -58,7 +61,8 @@ def _record(name: str, profile: str, probe: TimedProbe, scorer: Scorer,
     # rate, used only where the engine reports no rate of its own
     wall_tps = tokens / probe.elapsed_ms * 1000.0 if probe.elapsed_ms > 0 else None
     outcome = Outcome(
-        status=200, backend=name, profile=profile, total_ms=round(probe.elapsed_ms, 3),
+        status=200, backend=name, profile=profile, spec=spec.spec_key,
+        total_ms=round(probe.elapsed_ms, 3),
         prompt_tokens=report.prompt_tokens, cached_tokens=report.cached_tokens,
         completion_tokens=tokens, decode_tps=wall_tps, backend_tps=report.backend_tps,
         draft_n=report.draft_n, draft_accepted=report.draft_accepted,
@@ -69,7 +73,7 @@ def _record(name: str, profile: str, probe: TimedProbe, scorer: Scorer,
     decision = {"profile": profile, "backend": name, "reason": PROBE_REASON, "rule": PROBE_RULE,
                 "explored": False, "queue_ms": 0.0}
     return RouteRecord(
-        ts=ts, request_id=f"probe_{name}", endpoint="chat", model=view.model, stream=False,
+        ts=ts, request_id=f"probe_{name}_{kind}", endpoint="chat", model=view.model, stream=False,
         conversation="", features=features.as_dict(), classifier=classifier, decision=decision,
         outcome=outcome, overhead_ms=0.0,
     )

@@ -1,4 +1,5 @@
-"""The capability probe against real simulated engines on loopback."""
+"""The capability probe against real simulated engines on loopback: both probes on every
+instance, one at a time, and the verdict on drafting over both."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from backends.capability import PROBE_MAX_TOKENS, PROBE_PROMPT, CapabilityError, capability_probe
+from backends.capability import (
+    COPY_PROMPT,
+    FREE_PROMPT,
+    PROBES,
+    CapabilityError,
+    Probe,
+    capability_probe,
+)
 from backends.local.simulator import Fault, SimState, create_sim_app
-from backends.spec import BackendSpec
+from backends.spec import BackendSpec, Speculation
 
 Serve = Callable[[SimState], Awaitable[str]]
 
@@ -44,6 +52,16 @@ def backend(name: str, profile: str, url: str) -> BackendSpec:
     return BackendSpec(name=name, engine="llamacpp", profile=profile, url=url)
 
 
+def ngram(name: str, url: str, engine: str = "llamacpp") -> BackendSpec:
+    kind = "ngram-simple" if engine == "llamacpp" else "ngram"
+    return BackendSpec(name=name, engine=engine, speculation=Speculation(type=kind), url=url)
+
+
+def ngram_sim(stats: str = "timings") -> SimState:
+    """Prompt lookup: it drafts where the reply repeats the prompt (the copy probe) only."""
+    return SimState(profile="mtp", speculation="ngram", model="qwen", stats=stats)
+
+
 async def test_matching_pair_that_speculates(serve: Serve, session: aiohttp.ClientSession) -> None:
     mtp = SimState(profile="mtp", model="qwen", default_acceptance=0.9)
     specs = [backend("m", "mtp", await serve(mtp)),
@@ -52,9 +70,43 @@ async def test_matching_pair_that_speculates(serve: Serve, session: aiohttp.Clie
     assert result.ok and result.warnings == ()
     assert result.common_model == "qwen" and result.models == {"m": ("qwen",), "p": ("qwen",)}
     assert (result.drafted["m"] or 0) > 0 and result.drafted["p"] is None
-    sent = mtp.received[0]["body"]
-    assert sent["temperature"] == 0 and sent["model"] == "qwen" and sent["max_tokens"] == PROBE_MAX_TOKENS
+    assert (result.drafts("m"), result.drafts("p"), result.drafts("absent")) == (True, None, None)
+    sent = [r["body"] for r in mtp.received]
+    assert [(b["messages"][0]["content"], b["max_tokens"]) for b in sent] == [
+        (COPY_PROMPT, 64), (FREE_PROMPT, 32)]
+    assert all(b["temperature"] == 0 and b["model"] == "qwen" for b in sent)
     result.raise_for_errors()  # nothing to raise
+
+
+async def test_an_ngram_instance_drafts_on_the_copy_probe_only(
+    serve: Serve, session: aiohttp.ClientSession
+) -> None:
+    specs = [ngram("n", await serve(ngram_sim())),
+             backend("p", "plain", await serve(SimState(profile="plain", model="qwen")))]
+    result = await capability_probe(specs, session)
+    assert result.ok and result.warnings == ()
+    answers = result.timed["n"]
+    assert list(answers) == ["copy", "free"]
+    assert (answers["copy"].report.draft_n or 0) > 0
+    assert answers["free"].report.draft_n is None  # nothing drafted, nothing reported
+    assert result.drafted["n"] == answers["copy"].report.draft_n and result.drafts("n")
+
+
+async def test_a_speculating_instance_judged_on_the_free_probe_alone_drafted_nothing(
+    serve: Serve, session: aiohttp.ClientSession
+) -> None:
+    # the same n-gram instance, its drafts counted in Prometheus counters (vLLM's): on a story
+    # alone it drafts nothing, and says so
+    url = await serve(ngram_sim(stats="prometheus"))
+    plain = backend("p", "plain", await serve(SimState(profile="plain", model="qwen")))
+    free_only = [probe for probe in PROBES if probe.kind == "free"]
+    alone = await capability_probe([ngram("n", url, "vllm"), plain], session, probes=free_only)
+    assert alone.drafted["n"] == 0 and alone.drafts("n") is False
+    assert alone.backend_warnings == {"n": (
+        ("backend 'n' (ngram) drafted no token on the greedy probes (free): speculation is "
+         "not running there"),)}
+    both = await capability_probe([ngram("n", url, "vllm"), plain], session)
+    assert both.warnings == () and both.drafts("n") is True
 
 
 async def test_different_models_refuse_to_start(serve: Serve, session: aiohttp.ClientSession) -> None:
@@ -78,6 +130,7 @@ async def test_mtp_instance_without_drafts_is_a_warning(
     assert result.warnings == (("backend 'm' (mtp): the engine reports no draft statistics; "
                                "speculation cannot be confirmed (decode tokens/s is still "
                                "measured)"),)
+    assert result.drafts("m") is None and set(result.backend_warnings) == {"m"}
 
 
 async def test_plain_instance_that_speculates_is_a_warning(
@@ -86,7 +139,9 @@ async def test_plain_instance_that_speculates_is_a_warning(
     specs = [backend("m", "mtp", await serve(SimState(profile="mtp", model="x"))),
              backend("p", "plain", await serve(SimState(profile="mtp", model="x")))]
     result = await capability_probe(specs, session)
-    assert any("'p' (plain) drafted" in warning for warning in result.warnings)
+    assert [w.split(" tokens")[0] for w in result.backend_warnings["p"]] == [
+        f"backend 'p' (plain) drafted {result.drafted['p']}"]
+    assert result.drafts("p") is True and "m" not in result.backend_warnings
 
 
 async def test_unreachable_backend_is_reported(serve: Serve, session: aiohttp.ClientSession) -> None:
@@ -117,19 +172,31 @@ async def test_probes_run_one_at_a_time_and_keep_their_timed_answers(
     result = await capability_probe(specs, session)
     watcher.cancel()
     assert peak["in_flight"] == 1
-    assert set(result.timed) == {"m", "p"}
-    plain_answer = result.timed["p"]
+    assert {name: list(answers) for name, answers in result.timed.items()} == {
+        "m": ["copy", "free"], "p": ["copy", "free"]}
+    plain_answer = result.timed["p"]["free"]
     assert plain_answer.report.completion_tokens == 24 and plain_answer.report.backend_tps
     # 24 plain steps of 68 ms at a 0.05 time scale: ~82 ms of wall time
     assert 60.0 < plain_answer.elapsed_ms < 1000.0
-    assert plain_answer.body["messages"] == [{"role": "user", "content": PROBE_PROMPT}]
-    assert result.timed["m"].report.draft_n
+    assert plain_answer.body["messages"] == [{"role": "user", "content": FREE_PROMPT}]
+    assert result.timed["m"]["free"].report.draft_n
 
 
 async def test_a_probe_that_fails_is_not_timed(serve: Serve, session: aiohttp.ClientSession) -> None:
     broken = SimState(profile="plain", model="qwen")
-    broken.faults.append(Fault("status", status=503))
+    broken.faults.append(Fault("status", status=503))  # the first probe, the copy one
     specs = [backend("m", "mtp", await serve(SimState(profile="mtp", model="qwen"))),
              backend("p", "plain", await serve(broken))]
     result = await capability_probe(specs, session)
-    assert set(result.timed) == {"m"} and any("probe request failed" in w for w in result.warnings)
+    assert list(result.timed["m"]) == ["copy", "free"] and list(result.timed["p"]) == ["free"]
+    assert [w.split(": ", 2)[:2] for w in result.backend_warnings["p"]] == [
+        ["backend 'p'", "the copy probe request failed"]]
+
+
+async def test_probes_are_bounded_and_greedy() -> None:
+    assert [(p.kind, p.max_tokens) for p in PROBES] == [("copy", 64), ("free", 32)]
+    copy = PROBES[0].body("m")
+    assert copy == {"model": "m", "messages": [{"role": "user", "content": COPY_PROMPT}],
+                    "max_tokens": 64, "temperature": 0, "stream": False}
+    assert "```python\n" in COPY_PROMPT and COPY_PROMPT.count("\n") > 25
+    assert Probe("x", "hi", 3).body("m")["max_tokens"] == 3
