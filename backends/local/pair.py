@@ -1,7 +1,10 @@
-"""The embedded default backend: a plain and a depth-1 llama-server on loopback, from the cache.
+"""The embedded default backend: llama-server instances of one model on loopback, from the cache.
 
-Two pairs: `smollm2` (SmolLM2-135M as its own draft: 98 MB, starts in half a second, for tests)
-and `qwen` (Qwen2.5-Coder-1.5B with the 0.5B as draft, same tokenizer, for the demo).
+Two pairs of models: `smollm2` (SmolLM2-135M as its own draft: 98 MB, starts in half a second,
+for tests) and `qwen` (Qwen2.5-Coder-1.5B with the 0.5B as draft, same tokenizer, for the demo).
+`local_specs` gives one instance per speculation config asked for (plain, the shorthand mtp, or
+any config llama.cpp runs: `THREE` is plain, n-gram prompt lookup and the depth-1 draft model);
+`local_pair_specs` is the plain and depth-1 pair of them.
 
     python -m backends.local.pair ensure [smollm2|qwen]   # build/download once, print the paths
     python -m backends.local.pair where [smollm2|qwen]    # print the paths, or what is missing
@@ -17,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 from backends.local.build import cached_server, ensure_llama_server, server_summary
 from backends.local.cache import (
@@ -27,7 +31,7 @@ from backends.local.cache import (
     stderr_progress,
 )
 from backends.local.models import MODELS, cached_model, ensure_model
-from backends.spec import BackendSpec, LaunchSpec
+from backends.spec import DRAFT_MODEL_TYPES, BackendSpec, LaunchSpec, Profile, Speculation
 
 SMOKE_MODEL = "smollm2-135m"  # starts in half a second: the build's smoke test runs on it
 
@@ -77,6 +81,53 @@ def ensure_pair(kind: str, root: Path | None = None, progress: Progress = stderr
     return LocalPair(kind, server, target, draft)
 
 
+# An instance's speculation config: the shorthand profile, or a declared config (backends.spec).
+LocalConfig = Profile | Speculation
+# plain, n-gram prompt lookup (the engine's own bounds), and the draft model at depth 1
+THREE: Final[tuple[LocalConfig, ...]] = (
+    "plain", Speculation(type="ngram-simple"), Speculation(type="draft", depth=1),
+)
+
+
+def local_specs(
+    kind: str,
+    configs: Sequence[LocalConfig],
+    *,
+    ports: Sequence[int] = (),
+    root: Path | None = None,
+    threads: int = 0,
+    ctx: int = 4096,
+) -> list[BackendSpec]:
+    """One launch spec of the cached pair `kind`'s target per config, named `{kind}-{key}`
+    (`qwen-plain`, `qwen-ngram-simple`, `qwen-draft`; the shorthand `mtp`: `qwen-mtp`).
+
+    `ports` in config order; a missing or 0 one is a free loopback port picked here, apart from
+    the others. Raises LocalBackendError naming the command to run when the pair is not cached,
+    or when two configs would share a name. `threads` 0 gives each instance its share of the
+    cores (at least one): the instances share the machine, and llama.cpp's thread barrier
+    collapses when its threads compete for a core (measured on a busy 2-core VM, SmolLM2: ~55
+    tok/s with 1 thread, 4-8 tok/s with 2). `ctx` bounds the KV memory of each instance. A
+    config that drafts with a model (`draft`, `eagle3`, the shorthand `mtp`) gets the pair's
+    draft unless it names its own.
+    """
+    pair = find_pair(kind, root)
+    if pair is None:
+        raise LocalBackendError(
+            f"the local {kind} pair is not in the cache ({cache_root() if root is None else root});"
+            f" run: python -m backends.local.pair ensure {kind}"
+        )
+    threads = threads or max(1, (os.cpu_count() or 2) // max(1, len(configs)))
+    args = ["--ctx-size", str(ctx), "--parallel", "1", "--threads", str(threads)]
+    args += ["--alias", pair.target.stem]  # every instance reports the same model id
+    picked = _free_ports([*ports, *[0] * (len(configs) - len(ports))])
+    specs = [_local_spec(kind, pair, config, port, args) for config, port in zip(configs, picked)]
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise LocalBackendError(f"two local instances would share a name: {names}; give one "
+                                "config a `name`")
+    return specs
+
+
 def local_pair_specs(
     kind: str,
     *,
@@ -86,36 +137,41 @@ def local_pair_specs(
     threads: int = 0,
     ctx: int = 4096,
 ) -> list[BackendSpec]:
-    """The plain and the depth-1 launch specs for the cached pair `kind`.
+    """The plain and the depth-1 (the shorthand mtp: the pair's draft model) launch specs for
+    the cached pair `kind`: `local_specs(kind, ("plain", "mtp"), ...)`."""
+    return local_specs(kind, ("plain", "mtp"), ports=(plain_port, mtp_port), root=root,
+                       threads=threads, ctx=ctx)
 
-    Ports 0 (the default) are free loopback ports picked here. Raises LocalBackendError naming
-    the command to run when the pair is not cached.
-    `threads` 0 gives each instance half the cores: two instances share the machine, and
-    llama.cpp's thread barrier collapses when its threads compete for a core (measured on a
-    busy 2-core VM, SmolLM2: ~55 tok/s with 1 thread, 4-8 tok/s with 2). `ctx` bounds the KV
-    memory of each instance.
-    """
-    pair = find_pair(kind, root)
-    if pair is None:
-        raise LocalBackendError(
-            f"the local {kind} pair is not in the cache ({cache_root() if root is None else root});"
-            f" run: python -m backends.local.pair ensure {kind}"
-        )
-    threads = threads or max(1, (os.cpu_count() or 2) // 2)
-    args = ["--ctx-size", str(ctx), "--parallel", "1", "--threads", str(threads)]
-    args += ["--alias", pair.target.stem]  # both instances report the same model id
 
-    def launch(port: int, draft: str) -> LaunchSpec:
+def _local_spec(kind: str, pair: LocalPair, config: LocalConfig, port: int,
+                args: list[str]) -> BackendSpec:
+    def launch(draft: str) -> LaunchSpec:
         return LaunchSpec(binary=str(pair.server), model=str(pair.target), draft=draft,
                           spec_method="draft" if draft else "auto", port=port, args=args,
                           ready_timeout_s=120.0)
 
-    plain = launch(plain_port or free_loopback_port(), "")
-    mtp = launch(mtp_port or free_loopback_port(), str(pair.draft))
-    return [
-        BackendSpec(name=f"{kind}-plain", engine="llamacpp", profile="plain", launch=plain),
-        BackendSpec(name=f"{kind}-mtp", engine="llamacpp", profile="mtp", launch=mtp),
-    ]
+    if config == "plain":
+        return BackendSpec(name=f"{kind}-plain", engine="llamacpp", profile="plain",
+                           launch=launch(""))
+    if config == "mtp":
+        return BackendSpec(name=f"{kind}-mtp", engine="llamacpp", profile="mtp",
+                           launch=launch(str(pair.draft)))
+    needs_draft = config.type in DRAFT_MODEL_TYPES and not config.draft
+    return BackendSpec(name=f"{kind}-{config.key}", engine="llamacpp", speculation=config,
+                       launch=launch(str(pair.draft) if needs_draft else ""))
+
+
+def _free_ports(asked: Sequence[int]) -> list[int]:
+    """`asked`, each 0 replaced by a free loopback port none of the others uses."""
+    taken = {port for port in asked if port}
+    ports = []
+    for port in asked:
+        while not port:
+            candidate = free_loopback_port()
+            port = 0 if candidate in taken else candidate
+        taken.add(port)
+        ports.append(port)
+    return ports
 
 
 def _describe(pair: LocalPair) -> str:
