@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
@@ -265,18 +265,27 @@ http {{
     return conf
 
 
+# Two more instances of two more speculation configs (`--configs 4`): what deciding among four
+# configs costs beside deciding between two.
+MORE_CONFIGS: Final = """
+  - {{name: ngram-0, engine: llamacpp, speculation: {{type: ngram-simple}}, url: "{url}"}}
+  - {{name: draft-0, engine: llamacpp, speculation: {{type: draft, depth: 1}}, url: "{url}"}}"""
+
+
 def specroute_config(work: Path, port: int, upstream_port: int, *, plain_port: int = 0,
-                     name: str = "") -> Path:
+                     name: str = "", configs: int = 2) -> Path:
     """specroute's config for the benches: the shipped classifier and tokenizer, the decision
     log on disk. Both instances on `upstream_port`, or plain on its own `plain_port` (where a
-    pick must reach another process); `name` keeps several configs in one work directory apart."""
+    pick must reach another process); `name` keeps several configs in one work directory apart.
+    `configs` 4: an n-gram and a draft-model instance too, on `upstream_port`."""
     prefix = f"{name}-" if name else ""
     config = work / f"{name or 'specroute'}.yaml"
+    more = MORE_CONFIGS.format(url=f"http://127.0.0.1:{upstream_port}") if configs == 4 else ""
     config.write_text(f"""
 listen: {{host: 127.0.0.1, port: {port}}}
 backends:
   - {{name: mtp-0, engine: llamacpp, profile: mtp, url: "http://127.0.0.1:{upstream_port}"}}
-  - {{name: plain-0, engine: llamacpp, profile: plain, url: "http://127.0.0.1:{plain_port or upstream_port}"}}
+  - {{name: plain-0, engine: llamacpp, profile: plain, url: "http://127.0.0.1:{plain_port or upstream_port}"}}{more}
 default_backend: plain-0
 classifier: default
 tokenizer: true
@@ -481,6 +490,8 @@ def report(targets: list[Target], lat: dict[tuple[str, bool], dict[str, list[Sam
                          f"{tput[kind]['specroute'][0] / tput[kind]['raw aiohttp'][0]:.2f}x")
     if "specroute" in proxies:
         lines.append(_own_time_line(lat, "raw aiohttp" in proxies, added))
+    if FOUR_CONFIGS in proxies:
+        lines.append(_configs_line(lat))
     lines.append("direct p50 (ms): " + ", ".join(
         f"{kind} {p50([s.total_ms for s in lat[(kind, False)]['direct']]):.2f}"
         for kind in ("1k", "42k", "285k")))
@@ -504,6 +515,19 @@ def _own_time_line(lat: dict[tuple[str, bool], dict[str, list[Sample]]], with_ra
                   if with_raw else "")
         cells.append(f"{kind} {own:.2f}{budget}")
     return "specroute's own time before sending upstream, p50 (ms): " + ", ".join(cells)
+
+
+FOUR_CONFIGS: Final = "specroute (4 configs)"
+
+
+def _configs_line(lat: dict[tuple[str, bool], dict[str, list[Sample]]]) -> str:
+    """The own time before sending upstream with four speculation configs over two's."""
+    cells = []
+    for kind in ("1k", "42k", "285k"):
+        two, four = (p50([s.own_ms for s in lat[(kind, False)][name] if s.own_ms is not None])
+                     for name in ("specroute", FOUR_CONFIGS))
+        cells.append(f"{kind} {four:.3f} / {two:.3f} = {four / two:.2f}x")
+    return "own time before sending upstream, 4 configs / 2, p50 (ms): " + ", ".join(cells)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -548,6 +572,16 @@ async def main(args: argparse.Namespace) -> None:
         processes.append(specroute)
         targets.append(Target("specroute", f"http://127.0.0.1:{sr_port}", specroute,
                               lambda: [specroute.pid]))
+        if args.configs == 4:  # the same proxy deciding among four speculation configs
+            four_port = free_port()
+            four_work = work / "four"
+            four_work.mkdir()
+            four = spawn([sys.executable, "-m", "router", "serve", "--config",
+                          str(specroute_config(four_work, four_port, up_port, configs=4))],
+                         work / "four.log")
+            processes.append(four)
+            targets.append(Target(FOUR_CONFIGS, f"http://127.0.0.1:{four_port}", four,
+                                  lambda: [four.pid]))
         if args.baseline:  # the same bench against another checkout, e.g. before a change
             base_port = free_port()
             base_work = work / "base"
@@ -596,6 +630,8 @@ if __name__ == "__main__":
     parser.add_argument("--skip-nginx", action="store_true")
     parser.add_argument("--profile", default="", help="run specroute under cProfile, stats here")
     parser.add_argument("--baseline", default="", help="also run specroute from this checkout")
+    parser.add_argument("--configs", type=int, choices=[2, 4], default=2,
+                        help="4: also run specroute deciding among four speculation configs")
     parser.add_argument("--quick", action="store_true", help="3 rounds, small counts")
     args = parser.parse_args()
     if args.role == "upstream":

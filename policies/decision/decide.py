@@ -187,17 +187,16 @@ def predict_speedups(
     """Each speculating config's predicted log-speedup for the request and its draw: one
     standard normal draw per config, each from `z` (the first config's is `z` itself), so
     that configs are explored independently of each other."""
-    names = sorted(configs)
+    names = tuple(sorted(configs))
     if not names:
         return {}
-    greedy = _greedy_decoding(policy, features)
-    x = inputs(features.as_dict(), scores.scores if scores else None) if greedy else None
-    out = {}
-    for i, config in enumerate(names):
-        prediction = (model.speedup(x, config) if x is not None
-                      else model.sampled_speedup(config))
-        out[config] = Drawn(prediction, prediction.sample(spread_draw(z, i)))
-    return out
+    if _greedy_decoding(policy, features):
+        x = inputs(features.as_dict(), scores.scores if scores else None)
+        predictions = model.speedups(x, names)
+    else:
+        predictions = [model.sampled_speedup(config) for config in names]
+    return {config: Drawn(p, p.sample(spread_draw(z, i)))
+            for i, (config, p) in enumerate(zip(names, predictions, strict=True))}
 
 
 def candidate(

@@ -228,6 +228,10 @@ class RouteModel:
         uncertainty (`sampled_speedup` for the others)."""
         return self.posterior.predict(x, config)
 
+    def speedups(self, x: Vector, configs: tuple[str, ...]) -> list[Prediction]:
+        """`speedup` of each of `configs` for one greedy request."""
+        return self.posterior.predict_many(x, configs)
+
     def sampled_speedup(self, config: str = MTP_CONFIG) -> Prediction:
         """log-speedup of sampled or thinking requests on `config`: one figure, whatever the
         request."""
