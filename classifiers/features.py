@@ -5,7 +5,9 @@ once at start-up by the edge), and work is bounded: text features read only the 
 the view kept, and the prompt's token count is estimated from a bounded sample's
 tokens-per-character ratio rather than by tokenizing a 300 KB body. What the tools and the ask
 alone give is `classifiers.memos`' (remembered when the caller passes its memos), by the
-heuristics of `classifiers.text`.
+heuristics of `classifiers.text`. The prompt-copy signals (`classifiers.copying`) ride along
+in `Features.copy`: `as_dict()` has them (the decision log and the route model read them by
+name), the classifier's vector does not.
 
 `FEATURE_NAMES` fixes the order of `Features.vector()`; any change to names, order or meaning
 bumps `FEATURE_SCHEMA_VERSION`, and model artifacts refuse to load on a mismatch.
@@ -19,6 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Final
 
+from classifiers.copying import (
+    COPY_NAMES,
+    NO_COPY,
+    AskCopy,
+    CopySignals,
+    copy_signals,
+    copy_values,
+    quoted,
+    reemit_format,
+)
 from classifiers.memos import AskMemo, ToolsMemo, ask_facts, asked_words, tool_facts
 from classifiers.request_view import RequestView
 from classifiers.text import FALLBACK_CHARS_PER_TOKEN, estimated_tokens
@@ -72,10 +84,14 @@ class Features:
     # explanation rarely carry either, whatever their source.
     exclaims: bool = False
     laughs: bool = False
+    # How much of the answer the prompt may give (not in the vector: the artifact predates it).
+    copy: CopySignals = NO_COPY
 
     def as_dict(self) -> dict[str, float | int | bool]:
         # not dataclasses.asdict: it deep-copies each number, on every request
-        return dict(zip(FEATURE_NAMES, feature_values(self)))
+        values = dict(zip(FEATURE_NAMES, feature_values(self)))
+        values.update(zip(COPY_NAMES, copy_values(self.copy)))
+        return values
 
     @property
     def agent_structure(self) -> bool:
@@ -91,7 +107,10 @@ class Features:
 # The measured fields, then the properties derived from them (the model reads both, so that
 # it learns what the rules know: a structurally agent turn is an agent turn).
 DERIVED_FEATURES: Final = ("agent_structure",)
-FEATURE_NAMES: Final = tuple(f.name for f in fields(Features)) + DERIVED_FEATURES
+# `copy` is the route model's, beside the vector: the classifier's artifact reads none of it.
+OUTSIDE_VECTOR: Final = ("copy",)
+FEATURE_NAMES: Final = (tuple(f.name for f in fields(Features) if f.name not in OUTSIDE_VECTOR)
+                        + DERIVED_FEATURES)
 
 # A `Features`' values in FEATURE_NAMES order (one C call: the hot path reads them all).
 feature_values: Final = operator.attrgetter(*FEATURE_NAMES)
@@ -143,7 +162,21 @@ def extract(
         casual_word_share=ask.casual_word_share,
         exclaims=ask.exclaims,
         laughs=ask.laughs,
+        copy=_copy(view, ask.copy, asks),
     )
+
+
+def _copy(view: RequestView, ask: AskCopy, asks: AskMemo | None) -> CopySignals:
+    """The copy signals: the ask's, what its material quotes and what its system prompt asks
+    for (each read once by the memo: an agent loop resends the results so far, one of them
+    new, under the same system prompt)."""
+    read = asks.quoted if asks is not None else quoted
+    material = [read(text, True) for text in view.tool_results]
+    material += [read(text, False) for text in view.set_up]
+    system = view.system_text
+    reemits = ask.reemit_format or (bool(system) and (
+        asks.formats(system) if asks is not None else reemit_format(system)))
+    return copy_signals(ask, material, reemits)
 
 
 def _overlap(asked: frozenset[str], described: frozenset[str]) -> float:

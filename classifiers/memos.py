@@ -1,9 +1,10 @@
 """What the features read from a request's tools and from its ask, and the memos that keep it.
 
-Pure: no I/O, no clock, no globals. Agent loops resend the same tools and the same last user
-turn with every step: `ToolsMemo` and `AskMemo` (each owned by its caller: the proxy keeps one
-of each per app) answer for a list or an ask seen lately from memory, the same numbers as
-reading it afresh (`tool_facts`, `ask_facts`, `asked_words`) for less work. Bounded either way.
+Pure: no I/O, no clock, no globals. Agent loops resend the same tools, the same last user
+turn and the tool results so far with every step: `ToolsMemo` and `AskMemo` (each owned by its
+caller: the proxy keeps one of each per app) answer for a list, an ask or a piece of material
+seen lately from memory, the same numbers as reading it afresh (`tool_facts`, `ask_facts`,
+`asked_words`, `copying.quoted`) for less work. Bounded either way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from classifiers.copying import AskCopy, ask_copy, quoted, reemit_format
 from classifiers.text import (
     OVERLAP_TEXT_CAP,
     casual_word_share,
@@ -88,6 +90,7 @@ class AskFacts:
     casual_word_share: float
     exclaims: bool
     laughs: bool
+    copy: AskCopy  # what it quotes, its edit verb, the edit format it asks for
 
 
 def ask_facts(text: str) -> AskFacts:
@@ -101,6 +104,7 @@ def ask_facts(text: str) -> AskFacts:
         casual_word_share=casual_word_share(text),
         exclaims=exclaims(text),
         laughs=laughs(text),
+        copy=ask_copy(text),
     )
 
 
@@ -110,18 +114,25 @@ def asked_words(text: str) -> frozenset[str]:
 
 
 class AskMemo:
-    """`AskFacts` (and, for requests with tools, `asked_words`) of the last few asks seen,
-    owned by the caller (the proxy keeps one per app; no global). An agent loop resends the
-    same last user turn with every tool result: looking its facts up (one hash of the text)
-    costs ~1 us, reading them again ~17 us, its words ~4-10 us more. Bounded: `size` asks of
-    at most `LAST_USER_CAP` characters in each table (least recently used first out)."""
+    """`AskFacts` (and, for requests with tools, `asked_words`) of the last few asks seen, what
+    the last few pieces of material quote (`copying.quoted` of a tool result or a set-up turn)
+    and whether the last few system prompts ask for a re-emitting edit format, owned by the
+    caller (the proxy keeps one per app; no global). An agent loop resends the same system
+    prompt, last user turn and tool results so far with every tool result: looking its facts
+    up (one hash of the text) costs ~1 us, reading them again ~17 us (~60 us for a pasted 8 KB
+    file), its words ~4-10 us more; only the new tool result is read (~15 us). Bounded: `size`
+    texts of at most `LAST_USER_CAP` (`MATERIAL_CAP`, `SYSTEM_CAP`) characters in each table
+    (least recently used first out)."""
 
     def __init__(self, size: int = 64) -> None:
         self.facts = functools.lru_cache(maxsize=size)(ask_facts)
         self.words = functools.lru_cache(maxsize=size)(asked_words)
+        self.quoted = functools.lru_cache(maxsize=size)(quoted)
+        self.formats = functools.lru_cache(maxsize=size)(reemit_format)  # of system prompts
 
     def __len__(self) -> int:
-        return max(self.facts.cache_info().currsize, self.words.cache_info().currsize)
+        return max(self.facts.cache_info().currsize, self.words.cache_info().currsize,
+                   self.quoted.cache_info().currsize, self.formats.cache_info().currsize)
 
 
 def tool_facts(tools: Sequence[Mapping[str, Any]]) -> ToolFacts:

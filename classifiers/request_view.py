@@ -4,8 +4,9 @@ Pure: no I/O, no clock, no globals. OpenAI chat completions, OpenAI completions,
 messages and OpenAI responses bodies are all read into a `RequestView`, so that feature
 extraction, conversation keys and the classifier see one shape.
 
-Work is bounded: only the text the features need is kept (the last user turn and a tail of
-context, each capped), never a copy of a 300 KB body.
+Work is bounded: only the text the features need is kept (the last user turn, a tail of
+context, the start of the material the answer may copy from, each capped), never a copy of a
+300 KB body.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from typing import Any, Final
 LAST_USER_CAP: Final = 8_000
 CONTEXT_TAIL_CAP: Final = 4_000
 SYSTEM_CAP: Final = 2_000
+# The material an answer may copy besides the ask: the tool results after the last user turn
+# (the newest first, each from its start, `MATERIAL_CAP` in all), and the user turns just
+# before the ask that an assistant only acknowledged (how aider sends the files in the chat:
+# the files, "Ok, any changes I propose will be to those files.", then the ask), at most
+# `SET_UP_TURNS` of them, `MATERIAL_CAP` in all.
+MATERIAL_CAP: Final = 8_000
+ACK_CAP: Final = 200
+SET_UP_TURNS: Final = 3
 
 Endpoint = str  # "chat" | "completions" | "messages" | "responses"
 
@@ -43,6 +52,8 @@ class RequestView:
     thinking: bool | None  # None: the request did not say
     max_tokens: int | None
     user: str
+    tool_results: tuple[str, ...] = ()  # after the last user turn, in order, capped in all
+    set_up: tuple[str, ...] = ()  # the acknowledged user turns just before it, in order, capped
 
 
 class InvalidRequest(ValueError):
@@ -155,7 +166,35 @@ def _assemble(
         thinking=_thinking(body),
         max_tokens=_first_int(body, max_tokens_key),
         user=_str(body.get("user")) or _str(_dig(body, "metadata", "user_id")),
+        tool_results=_heads([t for r, t in items[last_user + 1:] if r in ("tool", "function")][::-1]),
+        set_up=_heads(_set_up_turns(items, last_user)),
     )
+
+
+def _set_up_turns(items: Sequence[tuple[str, str]], last_user: int) -> list[str]:
+    """The user turns just before the ask, each answered by a short acknowledgement only,
+    the nearest first."""
+    turns: list[str] = []
+    at = last_user
+    while (len(turns) < SET_UP_TURNS and at >= 2 and items[at - 1][0] == "assistant"
+           and len(items[at - 1][1]) <= ACK_CAP and items[at - 2][0] == "user"):
+        turns.append(items[at - 2][1])
+        at -= 2
+    return turns
+
+
+def _heads(texts: Sequence[str]) -> tuple[str, ...]:
+    """The starts of `texts` (the most wanted first), `MATERIAL_CAP` characters in all, put back
+    in the conversation's order."""
+    kept: list[str] = []
+    room = MATERIAL_CAP
+    for text in texts:
+        if room <= 0:
+            break
+        if text:
+            kept.append(text[:room])
+            room -= len(kept[-1])
+    return tuple(reversed(kept))
 
 
 def _message(message: object, index: int) -> tuple[str, str]:

@@ -155,9 +155,13 @@ def sample_lines(text: str) -> list[str]:
 def code_line_share(lines: list[str]) -> float:
     if not lines:
         return 0.0
-    code = sum(1 for line in lines if _may_be_code(capped := line[:CODE_LINE_CAP])
-               and _CODE_LINE.search(capped))
-    return round(code / len(lines), 4)
+    return round(sum(map(is_code_line, lines)) / len(lines), 4)
+
+
+def is_code_line(line: str) -> bool:
+    """Whether a line reads as code (its first `CODE_LINE_CAP` characters)."""
+    capped = line[:CODE_LINE_CAP]
+    return _may_be_code(capped) and _CODE_LINE.search(capped) is not None
 
 
 def _may_be_code(line: str) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from classifiers.copying import COPY_NAMES
 from classifiers.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
@@ -87,10 +89,23 @@ def test_estimate_without_a_tokenizer_counts_cjk_per_character() -> None:
 
 def test_vector_order_and_schema() -> None:
     features = extract(view_request("chat", _user("hi")))
-    assert len(features.vector()) == len(FEATURE_NAMES)
-    assert list(features.as_dict()) == list(FEATURE_NAMES)
+    assert len(features.vector()) == len(FEATURE_NAMES) == 27  # the shipped artifact's
     assert FEATURE_SCHEMA_VERSION == 5
     assert FEATURE_NAMES[-1] == "agent_structure"  # derived: the model reads it too
+
+
+def test_the_copy_signals_are_named_in_as_dict_and_kept_out_of_the_vector() -> None:
+    # the route model reads these by name from the decision log
+    assert COPY_NAMES == ("quoted_code_share", "quoted_json_share", "quoted_text_share",
+                          "quoted_chars", "edit_verb", "reemit_format")
+    assert "copy" not in FEATURE_NAMES and not set(COPY_NAMES) & set(FEATURE_NAMES)
+    body = _user("Rename f to g, return the whole file:\n```python\n" + "def f():\n    return 1\n" * 4 + "```")
+    features = extract(view_request("chat", body))
+    assert list(features.as_dict()) == [*FEATURE_NAMES, *COPY_NAMES]
+    assert features.as_dict()["reemit_format"] is True and features.as_dict()["edit_verb"] is True
+    assert features.as_dict()["quoted_code_share"] > 0.5
+    plain = extract(view_request("chat", _user("Rename f to g")))
+    assert features.vector() == replace(features, copy=plain.copy).vector()  # not read by the model
 
 
 FLIGHTS = [{"type": "function", "function": {

