@@ -48,7 +48,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Final
 
-from backends.capability import ProbeResult, TimedProbe, probe_body
+from backends.capability import PROBE_KINDS, ProbeResult, TimedProbe, probe_body
 from backends.local.simulator import MACHINES, SimState, decode_plan, prompt_tokens_of
 from backends.spec import BackendSpec
 from backends.stats import UpstreamReport
@@ -151,20 +151,22 @@ def _arm(state: SimState, body: dict[str, object]) -> Arm:
 
 
 def probe_evidence(machine: str, policy: Policy, scorer: Scorer) -> RouteEvidence:
-    """What the proxy's startup probe teaches on `machine`: one short greedy generation timed
-    on each instance, taken as records (`router.pace_probe`, the proxy's own code)."""
-    timed = {}
+    """What the proxy's startup probe teaches on `machine`: each probe request (a copy-heavy
+    and a free-form one) timed on each instance, taken as records (`router.pace_probe`, the
+    proxy's own code)."""
+    timed: dict[str, dict[str, TimedProbe]] = {}
     for name, profile in PAIR:
         state = machine_states(machine)[profile]
-        body = probe_body("sim-model")
-        plan = decode_plan(state, body)
-        ms = plan.total_s * 1000.0
-        report = UpstreamReport(prompt_tokens=plan.prompt_tokens,
-                                completion_tokens=len(plan.tokens),
-                                backend_tps=len(plan.tokens) / ms * 1000.0,
-                                draft_n=plan.draft_n if profile == "mtp" else None,
-                                draft_accepted=plan.accepted if profile == "mtp" else None)
-        timed[name] = TimedProbe(body, report, ms)
+        for kind in PROBE_KINDS:
+            body = probe_body("sim-model", kind)
+            plan = decode_plan(state, body)
+            ms = plan.total_s * 1000.0
+            report = UpstreamReport(prompt_tokens=plan.prompt_tokens,
+                                    completion_tokens=len(plan.tokens),
+                                    backend_tps=len(plan.tokens) / ms * 1000.0,
+                                    draft_n=plan.draft_n if profile == "mtp" else None,
+                                    draft_accepted=plan.accepted if profile == "mtp" else None)
+            timed.setdefault(name, {})[kind] = TimedProbe(body, report, ms)
     result = ProbeResult({}, "sim-model", {}, (), (), timed)
     specs = [BackendSpec(name=n, profile=p, url="http://127.0.0.1:9") for n, p in PAIR]
     evidence = RouteEvidence()

@@ -88,8 +88,8 @@ def measured_notes(records: Sequence[RouteRecord], model: RouteModel) -> list[st
         o = observation_from_record(record)
         if o is None or not o.paced or o.inputs is None:
             continue
-        expected = prior_pace(model.prior, o.profile, np.array(o.inputs, dtype=np.float64))
+        expected = prior_pace(model.prior, o.config, np.array(o.inputs, dtype=np.float64))
         if far(o.ms_per_token, expected):
-            notes.append(discount_note(model.prior.name, o.profile, expected, o.backend,
+            notes.append(discount_note(model.prior.name, o.config, expected, o.backend,
                                        o.ms_per_token))
     return notes
