@@ -35,9 +35,9 @@ SNIFF_LINES: Final = 8
 RUNS_CAP: Final = 1_500
 # A block reads as code when at least this share of its sampled lines do.
 CODE_SHARE: Final = 0.3
-# A run of code lines outside fences counts when it has two lines or is this long (a lone
-# "rename foo() to bar()" does not).
-LONE_LINE_CHARS: Final = 80
+# A run of code lines outside fences counts when it has two lines, or is one line of JSON this
+# long (a lone "rename foo() to bar()", a formula "f: [0, 5] -> R ..." does not).
+LONE_LINE_CHARS: Final = 40
 
 _JSON_TAGS: Final = frozenset({"json", "jsonc", "json5", "jsonl", "ndjson", "geojson"})
 _TEXT_TAGS: Final = frozenset({"text", "txt", "plain", "plaintext", "markdown", "md", "rst",
@@ -275,10 +275,12 @@ def _runs(piece: str) -> tuple[int, int, int]:
 
 
 def _counted(run: list[str]) -> tuple[int, int]:
-    if not run or (len(run) < 2 and len(run[0]) < LONE_LINE_CHARS):
+    if not run:
         return 0, 0
     block = "".join(run)
-    return (0, len(block)) if _sniff(block) == "json" else (len(block), 0)
+    if _sniff(block) == "json":
+        return (0, len(block)) if len(run) > 1 or len(block) >= LONE_LINE_CHARS else (0, 0)
+    return (len(block), 0) if len(run) > 1 else (0, 0)
 
 
 def _is_code(line: str, stripped: str) -> bool:

@@ -60,6 +60,11 @@ NESTED = "````md\n```py\nx = 1\n```\n````\n"
         # ... not its own words, nor a lone short line that reads as code, nor a REPL prompt
         ("Tell me a story about a dragon who learns to fly.", False, "", "", ""),
         ("Rename foo() to bar()", False, "", "", ""),
+        ("Show that f / [0, 5] -> R, f(x) := 1 if 0 <= x <= 1, is Riemann integrable (f(x))", False,
+         "", "", ""),
+        # ... but a lone line of JSON is quoted JSON
+        ('Parse this:\n{"id": 7, "tags": ["a", "b"], "ok": true}', False,
+         "", '{"id": 7, "tags": ["a", "b"], "ok": true}', ""),
         (">>> 1 + 1\n", False, "", "", ""),
         # a tool result is all quoted material, read as one block
         ('{"temp": 21, "unit": "C"}', True, "", '{"temp": 21, "unit": "C"}', ""),
