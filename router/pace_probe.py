@@ -57,8 +57,8 @@ def _record(spec: BackendSpec, kind: str, probe: TimedProbe, scorer: Scorer,
     scored = score_safely(scorer, view, features)
     report = probe.report
     tokens = report.completion_tokens or 0
-    # the wall time includes the short prompt's prefill: a slight underestimate of the decode
-    # rate, used only where the engine reports no rate of its own
+    # the wall time includes the prompt's prefill (the copy probe quotes a module, ~200 tokens):
+    # an underestimate of the decode rate, used only where the engine reports no rate of its own
     wall_tps = tokens / probe.elapsed_ms * 1000.0 if probe.elapsed_ms > 0 else None
     outcome = Outcome(
         status=200, backend=name, profile=profile, spec=spec.spec_key,
