@@ -55,8 +55,9 @@ class SupervisorConfig(_Strict):
         "many health probes in a row (0: never)"
     )
     startup_probe: bool = Field(
-        True, description="at start, check both profiles serve one model and mtp speculates, "
-        "and time a short greedy generation on each: the first measurements of their paces"
+        True, description="at start, check both profiles serve one model, time a copy-heavy "
+        "and a free-form greedy request on each instance (the first measurements of their "
+        "paces) and warn where a speculating instance drafts on neither"
     )
 
 
