@@ -7,9 +7,10 @@ here starts a process or opens a socket (the supervisor and the upstream client 
 An instance's `speculation` (backends.spec) maps to the engine's flags; without one, the
 shorthand `profile: mtp` is depth-1 speculation (a draft model when `launch.draft` is given and
 `spec_method` is not `mtp`, else the model's own MTP head) and `plain` is none. A draft path is
-`speculation.draft`, else `launch.draft`. Knobs pass through as the engine spells them; a knob
-`true` is a bare switch, `false` leaves it out; a knob that names what type and depth set is
-an error (give `depth`, or the flag in `launch.args`).
+`speculation.draft`, else `launch.draft`. Knobs pass through as the engine spells them (on a
+command line a knob `true` is a bare switch, `false` leaves it out; vLLM's are JSON values); a
+knob that names what type and depth set is an error (give `depth`, or the flag in
+`launch.args`).
 
 | engine   | ready probe  | type -> flags; depth d                                              |
 |----------|--------------|---------------------------------------------------------------------|
@@ -162,13 +163,17 @@ Built = tuple[list[str], dict[str, str]]
 Knobs = Mapping[str, int | float | str | bool]
 
 
-def _knob_flags(name: str, prefix: str, knobs: Knobs, reserved: frozenset[str]) -> list[str]:
-    """`prefix + key` and its value per knob; `true` a bare switch, `false` left out."""
+def _refuse_reserved(name: str, knobs: Knobs, reserved: frozenset[str]) -> None:
     taken = sorted(set(knobs) & reserved)
     if taken:
         raise EngineConfigError(
             f"backend {name!r}: speculation knob {taken[0]!r} is what the type and depth set; "
             "give speculation.depth (or the flag in launch.args)")
+
+
+def _knob_flags(name: str, prefix: str, knobs: Knobs, reserved: frozenset[str]) -> list[str]:
+    """`prefix + key` and its value per knob; `true` a bare switch, `false` left out."""
+    _refuse_reserved(name, knobs, reserved)
     argv: list[str] = []
     for key, value in knobs.items():
         if value is True:
@@ -247,7 +252,7 @@ def _vllm(name: str, launch: LaunchSpec, spec: Speculation) -> Built:
         return argv, {}
     if spec.type not in _VLLM_METHODS:
         raise _unsupported(name, "vllm", spec.type)
-    _knob_flags(name, "", spec.knobs, _VLLM_RESERVED)  # the same check, flags unused
+    _refuse_reserved(name, spec.knobs, _VLLM_RESERVED)
     config: dict[str, Any] = {"method": _VLLM_METHODS[spec.type]}
     if spec.type in DRAFT_MODEL_TYPES:
         config["model"] = spec.draft
