@@ -64,7 +64,7 @@ PURE = [
     "policies/policyfile/words.py", "router/json_body.py", "router/upstream_body.py",
     "router/routing.py", "classifiers/text.py", "classifiers/memos.py",
     "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
-    "router/contention.py",
+    "router/contention.py", "classifiers/copying.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
