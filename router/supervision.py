@@ -47,9 +47,13 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _probe(app: web.Application) -> None:
-    """Refuse a pair that does not serve the same model; warn when `mtp` does not speculate."""
+    """Refuse a pair that does not serve the same model; warn, naming the backend, where a
+    speculating instance drafted on neither probe (or a plain one drafts)."""
     result = await capability_probe(app[CONFIG].backends, app[SESSION])
-    for warning in result.warnings:
+    for name, warnings in result.backend_warnings.items():
+        for warning in warnings:
+            log.warning("capability_warning", backend=name, detail=warning)
+    for warning in result.general_warnings:
         log.warning("capability_warning", detail=warning)
     result.raise_for_errors()
     log.info("capability_ok", model=result.common_model, drafted=dict(result.drafted))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
 from backends.capability import ProbeResult, TimedProbe, probe_body
 from backends.local.simulator import MACHINES, SimState
@@ -116,11 +117,15 @@ async def test_readyz_says_which_instance_drafted_on_the_probes(
 ) -> None:
     # engines whose drafts show in Prometheus counters (vLLM's): an "mtp" instance that is
     # really plain counts 0 drafted tokens over both probes
-    stack = await start_stack(
-        aiohttp_server, tmp_path, policy=DEFAULT_POLICY, startup_probe=True, engine="vllm",
-        mtp=SimState(profile="plain", stats="prometheus"),
-        plain=SimState(profile="plain", stats="prometheus"),
-    )
+    with capture_logs() as logs:
+        stack = await start_stack(
+            aiohttp_server, tmp_path, policy=DEFAULT_POLICY, startup_probe=True, engine="vllm",
+            mtp=SimState(profile="plain", stats="prometheus"),
+            plain=SimState(profile="plain", stats="prometheus"),
+        )
+    warned = [(e["backend"], e["detail"]) for e in logs if e["event"] == "capability_warning"]
+    assert [(name, detail.split(": ")[0]) for name, detail in warned] == [
+        ("mtp-0", "backend 'mtp-0' (mtp) drafted no token on the greedy probes (copy, free)")]
     backends = await _readyz_backends(stack)
     assert (backends["mtp-0"]["drafts"], backends["plain-0"]["drafts"]) == (False, False)
     assert backends["mtp-0"]["probe_warnings"] == [
