@@ -53,22 +53,23 @@ async def test_an_ngram_instance_drafts_on_the_copy_probe_only(
     assert result.drafts(ngram.name) is True and not result.drafted[plain.name]
 
 
+def flags_of(lines: list[str]) -> set[str]:
+    """The flags each line of a --help starts with (`-m,    --model FNAME  ...`: -m, --model)."""
+    flags = set()
+    for line in lines:
+        for word in line.split():
+            if not word.startswith("-"):
+                break
+            flags.add(word.rstrip(","))
+    return flags
+
+
 def test_every_flag_the_adapter_writes_is_in_the_binarys_help() -> None:
     require_smollm2()
     pair = find_pair("smollm2")
     assert pair is not None
     shown = subprocess.run([str(pair.server), "--help"], check=True, capture_output=True,
                            text=True, timeout=30).stdout
-    def flags_of(lines: list[str]) -> set[str]:
-        """The flags each line starts with (`-m,    --model FNAME  ...`: -m, --model)."""
-        flags = set()
-        for line in lines:
-            for word in line.split():
-                if not word.startswith("-"):
-                    break
-                flags.add(word.rstrip(","))
-        return flags
-
     lines = shown.splitlines()
     # the help still lists removed flags (--draft-max ...), each on a line that says so
     known = flags_of(lines) - flags_of([line for line in lines if "has been removed" in line])
