@@ -70,11 +70,11 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     # replicas on one host share the policy's directory: each learns into its own file
     learned = (learned_path_for(config.policy, replica_id(config)) if config.replicas.store
                else None)
-    store = PolicyStore(config.policy, learned, now=deps.clock(), pools=config.pools)
+    store = PolicyStore(config.policy, learned, now=deps.clock(), pools=config.all_pools)
     stickiness = store.policy.stickiness
     app[CONFIG] = config
     app[DEPS] = deps
-    app[POOL] = BackendPool(config.backends, pools=config.pools,
+    app[POOL] = BackendPool(config.backends, pools=config.all_pools,
                             load_max_age_s=config.load.max_age_s)
     app[SCORER] = ScorerHolder(config.classifier, deps.scorer)
     app[POLICY] = store

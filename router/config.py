@@ -174,9 +174,32 @@ class Config(_Strict):
                 raise ValueError(f"pool {pool!r}: not backend names: {unknown}")
         return pools
 
+    @model_validator(mode="after")
+    def _config_pools(self) -> Config:
+        taken = sorted(set(self.pools) & set(self.config_pools))
+        if taken:
+            raise ValueError(f"pool {taken[0]!r} is the built-in pool of the instances whose "
+                             "speculation config has that key: name the pool otherwise")
+        return self
+
+    @property
+    def config_pools(self) -> dict[str, list[str]]:
+        """One built-in pool per speculation config besides mtp and plain (its key names it:
+        `ngram-simple`, `draft`, ...): a route or a header may name a config as it names a pool."""
+        pools: dict[str, list[str]] = {}
+        for b in self.backends:
+            if b.spec_key not in ROUTE_WORDS:
+                pools.setdefault(b.spec_key, []).append(b.name)
+        return pools
+
+    @property
+    def all_pools(self) -> dict[str, list[str]]:
+        """The named pools and the speculation configs' built-in ones."""
+        return {**self.pools, **self.config_pools}
+
     def pools_of(self, backend: str) -> frozenset[str]:
-        """The named pools `backend` belongs to."""
-        return frozenset(pool for pool, members in self.pools.items() if backend in members)
+        """The pools `backend` belongs to: named ones, and its speculation config's."""
+        return frozenset(pool for pool, members in self.all_pools.items() if backend in members)
 
     @property
     def default_backend_name(self) -> str:

@@ -89,3 +89,29 @@ async def test_edits_learn_their_way_to_the_ngram_instance_and_prose_does_not(
     assert late[("story", "ngram-0")] + late[("story", "draft-0")] <= 0.2 * edits
     probes = [r for r in sink.records if r.decision.get("reason") == "probe"]
     assert {r.outcome.spec for r in probes} == {"plain", "ngram-simple", "draft"}
+
+
+async def test_a_config_is_a_pool_a_client_or_a_route_can_name(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    import openai
+
+    proxy, _ = await _stack(aiohttp_server, tmp_path)
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key="sk",
+                                max_retries=0)
+    for pool, backend in (("ngram-simple", "ngram-0"), ("draft", "draft-0"), ("plain", "plain-0")):
+        raw = await client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+            **_story(0), extra_headers={"x-specroute-route": pool})
+        assert raw.headers["x-specroute-backend"] == backend
+
+
+def test_a_named_pool_cannot_take_a_configs_name() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    specs = [BackendSpec(name="a", engine="llamacpp", profile="plain", url="http://127.0.0.1:1"),
+             BackendSpec(name="b", engine="llamacpp", url="http://127.0.0.1:2",
+                         speculation=Speculation(type="ngram-mod"))]
+    assert Config(backends=specs).pools_of("b") == frozenset({"ngram-mod"})
+    with pytest.raises(ValidationError, match="built-in pool"):
+        Config(backends=specs, pools={"ngram-mod": ["a"]})
