@@ -7,7 +7,9 @@ Each request carries its true class in `metadata.bench_class` (the simulated eng
 pace the reply; the router never does). Deterministic in the seed.
 
 Mixes (class shares): `agent-heavy`, `chat-heavy`, `balanced`, and `sampled` (balanced, half of
-the requests at temperature 0.7, the rest greedy).
+the requests at temperature 0.7, the rest greedy). `make_edit_mix` (for `bench.arms`): code and
+text edits (`router.ops.workload`'s functions and paragraphs, asked back whole with a rename or
+a small change) beside chat and prose: `mixed`, `chat` (no edits), `edit` (edits only).
 """
 
 from __future__ import annotations
@@ -185,6 +187,48 @@ def make_mix(mix: str, n: int, seed: int, max_tokens: int = 64) -> list[TrafficR
             "model": "bench-model", "messages": messages, "max_tokens": max_tokens,
             "temperature": 0.7 if sampled else 0, "user": f"u{i}",
             "metadata": {"bench_class": cls}, **extra,
+        }
+        out.append(TrafficRequest(cls, "zh" if zh else "en", body))
+    return out
+
+
+# --- edits beside chat and prose (bench.arms) ------------------------------------------------
+# Class shares of `make_edit_mix`: code and text edits (a quoted function or paragraph asked
+# back whole with a small change: prompt lookup's case) beside casual chat and prose.
+EDIT_MIXES: Final[Mapping[str, Mapping[str, float]]] = {
+    "mixed": {"edit": 0.5, "chat": 0.25, "prose": 0.25},
+    "chat": {"chat": 0.5, "prose": 0.5},
+    "edit": {"edit": 1.0},
+}
+TEXT_EDIT_SHARE: Final = 0.2  # of edits on a paragraph of prose, the rest on Python
+
+
+def _edit(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from router.ops.workload import EDIT_ASKS, FUNCTIONS, PARAGRAPHS, edit_ask, text_edit_ask
+
+    if rng.random() < TEXT_EDIT_SHARE:
+        return [{"role": "user", "content": text_edit_ask(rng.choice(PARAGRAPHS))}], {}
+    ask = edit_ask(*rng.choice(FUNCTIONS), how=rng.randrange(len(EDIT_ASKS)))
+    return [{"role": "user", "content": ask}], {}
+
+
+def make_edit_mix(mix: str, n: int, seed: int, max_tokens: int = 96) -> list[TrafficRequest]:
+    """`n` greedy requests of an `EDIT_MIXES` mix, each class its share of them exactly (as
+    near as `n` allows), in a shuffled order, deterministic in the seed (a numbered user id
+    keeps bodies distinct); the true class in `metadata.bench_class` as `make_mix`'s."""
+    rng = random.Random(f"edits/{mix}/{seed}")
+    makers = {"edit": _edit, "chat": _chat, "prose": _prose}
+    shares = EDIT_MIXES[mix]
+    order = [cls for cls, share in shares.items() for _ in range(round(share * n))]
+    order = (order + list(shares) * n)[:n]
+    rng.shuffle(order)
+    out = []
+    for i, cls in enumerate(order):
+        messages, extra = makers[cls](rng)
+        zh = bool(extra.pop("_zh", False))
+        body: dict[str, Any] = {
+            "model": "bench-model", "messages": messages, "max_tokens": max_tokens,
+            "temperature": 0, "user": f"u{i}", "metadata": {"bench_class": cls}, **extra,
         }
         out.append(TrafficRequest(cls, "zh" if zh else "en", body))
     return out

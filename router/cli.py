@@ -101,7 +101,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       "specroute as its endpoint picker")
     demo.add_argument("--requests", type=int, default=10, help="requests per phase")
     demo.add_argument("--max-tokens", type=int, default=None,
-                      help="max_tokens of each request (default: 32 local, 128 fake)")
+                      help="max_tokens of each request (default: 32 local, edits 128; 128 fake)")
     demo.add_argument("--min-samples", type=int, default=2,
                       help="requests per arm before the demo policy trusts what it learned")
     demo.add_argument("--out", default="logs/demo", help="where the demo writes its log and policy")
@@ -132,7 +132,7 @@ def _config_facts(path: str) -> ConfigFacts:
     config = load_config(path)
     return ConfigFacts(
         policy=config.policy,
-        pools={name: tuple(members) for name, members in config.pools.items()},
+        pools={name: tuple(members) for name, members in config.all_pools.items()},
         backends=tuple((b.name, b.profile, b.engine) for b in config.backends),
         replica=replica_id(config) if config.replicas.store else "",
     )

@@ -71,12 +71,15 @@ def run_demo(
     # Short replies keep the real CPU pair quick; the simulated engines can afford longer ones,
     # which keeps per-request acceptance close to the class's (fewer cycles, more noise).
     tokens = max_tokens or (32 if backends == "local" else 128)
+    # an edit's answer is the whole function: on the real instances, unless told otherwise, it
+    # may run to 128 tokens (32 are mostly the preamble and the key prompt lookup must match)
+    edit_tokens = 0 if max_tokens else 128
     return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
-                             front))
+                             front, edit_tokens))
 
 
 async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
-                front: str = "proxy") -> int:
+                front: str = "proxy", edit_tokens: int = 0) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.jsonl*"):
         stale.unlink()  # a fresh log: the learner should see this run only
@@ -107,7 +110,7 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         if front == "envoy":
             base_url = await _behind_envoy(app, out, stops)
         print(f"router on {base_url} ; decision log {config.log.path}")
-        items = requests_for(n, model=model, max_tokens=max_tokens)
+        items = requests_for(n, model=model, max_tokens=max_tokens, edit_tokens=edit_tokens)
         names = [spec.name for spec in specs]
         true_class = await _replay(base_url, items, names, f"measure the {len(names)} instances")
         learn_now(app, datetime.now(UTC))
@@ -150,7 +153,10 @@ async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> s
 
 async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], str]:
     if kind == "local":
-        return _local_specs()
+        print("specroute demo: three real local llama.cpp instances of Qwen2.5-Coder 1.5B "
+              "(plain, n-gram prompt lookup, the 0.5B as a depth-1 draft); the first run builds "
+              "and downloads into the cache (~10-15 minutes), later runs reuse it")
+        return local_instances()
     print("specroute demo: three SIMULATED engines (GB10 cost model: plain, MTP-1 with per-class "
           f"acceptance, n-gram prompt lookup), time scale {DEMO_TIME_SCALE}x")
     truth = class_by_key()
@@ -172,13 +178,12 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
     return specs, "deepseek-v4-flash-sim"
 
 
-def _local_specs() -> tuple[list[BackendSpec], str]:
+def local_instances() -> tuple[list[BackendSpec], str]:
+    """The launch specs of the three local instances (plain, n-gram, the draft model), and
+    their model id; builds and downloads into the cache on first use."""
     from backends.local.cache import free_loopback_port
     from backends.local.pair import ensure_pair, local_pair_specs
 
-    print("specroute demo: three real local llama.cpp instances of Qwen2.5-Coder 1.5B (plain, "
-          "n-gram prompt lookup, the 0.5B as a depth-1 draft); the first run builds and downloads "
-          "into the cache (~10-15 minutes), later runs reuse it")
     pair = ensure_pair("qwen")
     plain, draft = local_pair_specs("qwen")
     assert plain.launch is not None

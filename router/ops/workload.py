@@ -246,13 +246,17 @@ def _round_robin(groups: Sequence[Sequence[WorkItem]]) -> list[WorkItem]:
     return [group[r] for r in range(rounds) for group in groups if r < len(group)]
 
 
-def requests_for(n: int, *, model: str, stream: bool = True, max_tokens: int = 64) -> list[WorkItem]:
-    """`n` greedy requests cycling through the mixed workload (classes in turn), ready to send."""
+def requests_for(n: int, *, model: str, stream: bool = True, max_tokens: int = 64,
+                 edit_tokens: int = 0) -> list[WorkItem]:
+    """`n` greedy requests cycling through the mixed workload (classes in turn), ready to send;
+    an edit's `max_tokens` is `edit_tokens` when given (its answer is the whole text)."""
     order = interleaved()
     items = []
     for i in range(n):
         item = order[i % len(order)]
-        body = {**item.body, "model": model, "temperature": 0, "max_tokens": max_tokens, "stream": stream}
+        tokens = edit_tokens if item.true_class == "edit" and edit_tokens else max_tokens
+        body = {**item.body, "model": model, "temperature": 0, "max_tokens": tokens,
+                "stream": stream}
         items.append(WorkItem(item.true_class, item.lang, body))
     return items
 

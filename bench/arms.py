@@ -1,0 +1,619 @@
+"""Speculation configs side by side: specroute's `auto` against each config alone, least
+connections and the per-request oracle, on code edits and on chat.
+
+    .venv/bin/python -m bench.arms [--backends sim|real] [--machines cpu-pair gb10]
+        [--mixes mixed chat edit] [--max-tokens 96 400] [--loads 1 2 open]
+        [--requests 24] [--time-scale 0.02] [--open-load 0.8] [--max-seconds 3600]
+
+Three instances, one per speculation config: `plain`, `ngram` (prompt lookup, llama.cpp's
+`ngram-simple`) and `draft` (a draft model at depth 1). `--backends sim`: simulated engines
+(`backends/local/simulator.py`, one request at a time each, paced at `--time-scale` of real
+time) on each of `--machines` (`simulator.MACHINES`; the draft instance is the MTP-1 cost model
+with `DRAFT_ACCEPTANCE`); `--backends real`: the local llama.cpp instances of Qwen2.5-Coder-1.5B
+(the 0.5B as draft), launched once and shared by every run. In front of them, the real proxy
+(in this process, the shipped policy and classifier): one for the pinned arms, and a fresh one
+(cold: the policy's prior, then the startup probe, learning online from its own records) for
+each `auto` run. Requests are greedy and not streamed (`cache_prompt: false` on the real
+engines, so that every instance computes the same answer from scratch).
+
+Traffic (`bench.traffic.make_edit_mix`): `mixed` (half code and text edits: a 20-24 line
+function or a paragraph returned whole with a rename or a small change; the rest chat and
+prose), `chat` (no edits), `edit` (edits only); `--max-tokens` 96 and 400. Loads: 1 and 2
+closed-loop clients (each sends its next request when the last is answered) and open-loop
+Poisson arrivals at `--open-load` of one instance's capacity at the oracle's per-request
+service time; every load is bounded in count (`--requests`) and time (`--run-seconds` each,
+`--max-seconds` in all: a run the bound cut short is marked `cut`).
+
+The arms, on one request sequence:
+
+- `auto`: every request on `x-specroute-route: auto`, the proxy from cold;
+- `plain`, `ngram`, `draft`: every request pinned to that instance alone (a named pool of one
+  instance in the proxy's config, `pools: {ngram-0: [ngram-0]}`, and the header naming it);
+- `least-conn`: nginx's `least_conn` rule (the fewest requests in flight, ties in turn) applied
+  by the client, which pins each request to the instance it picks: the same proxy and code
+  path as the other arms (nginx in front of the proxy would see one upstream, and nginx
+  straight over the engines would skip the proxy the others pay for);
+- `oracle`: greedy answers are the same on every instance, so each request's service time on
+  each instance is measured once (the single-config arms at 1 client); with 1 client the oracle
+  is the per-request minimum; with C clients it is a ceiling, the least time T such that some
+  assignment of the requests by class (each class's mean service time per instance) keeps
+  each instance busy at most T and all C clients together at most C x T (a linear program);
+  open loop, a clairvoyant soonest-finish schedule of the same arrivals over the measured
+  per-request times (not a bound: the best a greedy dispatcher that knew them would do).
+
+Printed per load, measured side by side in one run (these machines are noisy): each arm's total
+(closed loop: wall seconds; open loop: mean latency), `x best` (the best single config's total
+over the arm's: above 1 is faster than any config alone), the share of the oracle's margin over
+the best single config that the arm reached after the first 10 requests (closed loop: the time
+from the 10th answer to the last; open loop: their mean latency), and the share of edits after
+the first 10 that went to the n-gram instance. `--json` writes the same rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import numpy as np
+from scipy.optimize import linprog  # type: ignore[import-untyped]
+
+from backends.local.simulator import MACHINES, SimState, create_sim_app
+from backends.spec import BackendSpec, Speculation
+from bench.learning import POLICY_PATH
+from bench.learning_live import REQUEST_ERRORS
+from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+from router.app import create_app
+from router.config import Config, LearnConfig, LogConfig
+from router.serve import configure_logging, start_site
+from router.state import Deps
+
+ROLES: Final = ("plain", "ngram", "draft")
+ARMS: Final = ("auto", *ROLES, "least-conn", "oracle")
+SPECULATION: Final[Mapping[str, Speculation]] = {
+    "plain": Speculation(type="none"), "ngram": Speculation(type="ngram-simple"),
+    "draft": Speculation(type="draft", depth=1),
+}
+# The simulated draft instance's acceptance per class (an edit's reply is mostly a copy,
+# which a draft model predicts almost always; chat and prose as the GB10's prose and chat)
+DRAFT_ACCEPTANCE: Final = {"edit": 0.97, "chat": 0.6, "prose": 0.6}
+DEFAULT_MACHINES: Final = ("cpu-pair", "gb10")
+FIRST: Final = 10  # the cold start: the shares are of what comes after
+Stop = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    name: str
+    clients: int = 0  # closed loop; 0: open loop
+
+    @property
+    def open(self) -> bool:
+        return self.clients == 0
+
+
+def parse_load(text: str) -> Load:
+    if text == "open":
+        return Load("open loop")
+    clients = int(text)
+    return Load(f"{clients} client{'s' if clients > 1 else ''}", clients)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    index: int
+    cls: str
+    backend: str
+    sent: float  # seconds since the run began
+    done: float
+    error: str = ""
+
+    @property
+    def latency(self) -> float:
+        return self.done - self.sent
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    served: tuple[Served, ...]
+    cut: bool  # the time bound stopped it before every request was sent
+
+    def total(self, load: Load) -> float:
+        """Closed loop: first send to last answer; open loop: the mean latency."""
+        ok = [s for s in self.served if not s.error]
+        if not ok:
+            return float("nan")
+        if load.open:
+            return statistics.fmean(s.latency for s in ok)
+        return max(s.done for s in ok) - min(s.sent for s in ok)
+
+    def rest(self, load: Load) -> float:
+        """The same after the first `FIRST` requests (closed loop: from the FIRST-th answer)."""
+        ok = [s for s in self.served if not s.error]
+        if load.open:
+            later = [s.latency for s in ok if s.index >= FIRST]
+            return statistics.fmean(later) if later else float("nan")
+        ends = sorted(s.done for s in ok)
+        return ends[-1] - ends[FIRST - 1] if len(ends) > FIRST else float("nan")
+
+
+# --- routing from the client side ------------------------------------------------------------
+
+
+class Pinned:
+    """Every request on one route (`auto`, or a pool naming one instance)."""
+
+    def __init__(self, route: str) -> None:
+        self.route = route
+
+    def pick(self) -> str:
+        return self.route
+
+    def release(self, route: str) -> None:
+        pass
+
+
+class LeastConn:
+    """nginx `least_conn`: the instance with the fewest requests in flight, ties in turn."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.inflight = dict.fromkeys(names, 0)
+        self._next = 0  # where the round robin among the tied resumes
+
+    def pick(self) -> str:
+        fewest = min(self.inflight.values())
+        count = len(self.names)
+        turn = next(k for k in range(self._next, self._next + count)
+                    if self.inflight[self.names[k % count]] == fewest)
+        name = self.names[turn % count]
+        self._next = (turn + 1) % count
+        self.inflight[name] += 1
+        return name
+
+    def release(self, route: str) -> None:
+        self.inflight[route] -= 1
+
+
+Router = Pinned | LeastConn
+
+
+async def drive(url: str, items: Sequence[TrafficRequest], load: Load, router: Router, tag: str,
+                deadline: float, arrivals: Sequence[float] = ()) -> Run:
+    """`items` through the proxy at `url` under `load`; stops sending at `deadline`."""
+    served: list[Served] = []
+    began = time.monotonic()
+    timeout = aiohttp.ClientTimeout(total=max(1.0, deadline - began) + 60)
+
+    async def one(session: aiohttp.ClientSession, index: int) -> None:
+        route = router.pick()
+        sent = time.monotonic() - began
+        headers = {"x-specroute-route": route, "x-specroute-conversation": f"{tag}-{index}"}
+        backend, error = "", ""
+        try:
+            async with session.post(f"{url}/v1/chat/completions", json=items[index].body,
+                                    headers=headers) as response:
+                response.raise_for_status()
+                await response.json()
+                backend = response.headers.get("x-specroute-backend", "")
+        except REQUEST_ERRORS as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            router.release(route)
+        served.append(Served(index, items[index].cls, backend, sent,
+                             time.monotonic() - began, error))
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        if load.open:
+            tasks = []
+            for index, at in enumerate(arrivals[:len(items)]):
+                if began + at > deadline:
+                    break
+                await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+                tasks.append(asyncio.create_task(one(session, index)))
+            await asyncio.gather(*tasks)
+        else:
+            order = iter(range(len(items)))
+
+            async def client() -> None:
+                for index in order:
+                    if time.monotonic() >= deadline:
+                        return
+                    await one(session, index)
+
+            await asyncio.gather(*(client() for _ in range(load.clients)))
+    return Run(tuple(sorted(served, key=lambda s: s.index)), len(served) < len(items))
+
+
+# --- the oracle ----------------------------------------------------------------------------
+
+
+Service = Mapping[str, Mapping[int, float]]  # instance -> request index -> seconds
+
+
+def complete(service: Service, items: Sequence[TrafficRequest]) -> list[int]:
+    """The requests timed on every instance."""
+    return [i for i in range(len(items)) if all(i in times for times in service.values())]
+
+
+def oracle_one_client(service: Service, indices: Sequence[int]) -> float:
+    """1 client: each request on its fastest instance, one after another."""
+    return sum(min(times[i] for times in service.values()) for i in indices)
+
+
+def oracle_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
+                   clients: int) -> float:
+    """C clients: the least T with an assignment of the requests by class (each class's mean
+    service time per instance) that keeps every instance busy at most T and the clients, one
+    request at a time each, at most C x T. A lower bound on any schedule's time."""
+    if clients == 1:
+        return oracle_one_client(service, indices)
+    names = list(service)
+    classes = sorted({items[i].cls for i in indices})
+    count = {c: sum(items[i].cls == c for i in indices) for c in classes}
+    mean = {(c, n): statistics.fmean(service[n][i] for i in indices if items[i].cls == c)
+            for c in classes for n in names}
+    pairs = [(c, n) for c in classes for n in names]
+    cost = np.zeros(len(pairs) + 1)
+    cost[-1] = 1.0  # minimise T, the last variable
+    a_eq = np.zeros((len(classes), len(pairs) + 1))
+    for k, (c, _) in enumerate(pairs):
+        a_eq[classes.index(c), k] = 1.0
+    a_ub = np.zeros((len(names) + 1, len(pairs) + 1))
+    for k, (c, n) in enumerate(pairs):
+        a_ub[names.index(n), k] = mean[c, n]
+        a_ub[-1, k] = mean[c, n]
+    a_ub[:-1, -1] = -1.0
+    a_ub[-1, -1] = -float(clients)
+    result = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(names) + 1), A_eq=a_eq,
+                     b_eq=np.array([count[c] for c in classes], dtype=float), method="highs")
+    return float(result.x[-1]) if result.success else float("nan")
+
+
+def oracle_open(service: Service, indices: Sequence[int], arrivals: Sequence[float]
+                ) -> tuple[float, float]:
+    """Open loop: each arrival, in order, on the instance that would finish it soonest (its
+    queue and its own measured time known); (mean latency, mean latency after FIRST)."""
+    free = dict.fromkeys(service, 0.0)
+    latency: dict[int, float] = {}
+    for i in sorted(indices, key=lambda j: arrivals[j]):
+        at = arrivals[i]
+        name = min(free, key=lambda n: max(at, free[n]) + service[n][i])
+        free[name] = max(at, free[name]) + service[name][i]
+        latency[i] = free[name] - at
+    later = [v for i, v in latency.items() if i >= FIRST]
+    return (statistics.fmean(latency.values()) if latency else float("nan"),
+            statistics.fmean(later) if later else float("nan"))
+
+
+def poisson(n: int, rate_per_s: float, seed: int) -> list[float]:
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate_per_s)
+        out.append(t)
+    return out
+
+
+# --- one table row ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    backends: str  # "sim cpu-pair", "real"
+    mix: str
+    max_tokens: int
+    load: str
+    requests: int
+    totals: dict[str, float] = field(default_factory=dict)  # arm -> total (s)
+    best_single: str = ""
+    x_best: dict[str, float] = field(default_factory=dict)  # arm -> best single's / arm's
+    auto_x_lc: float = float("nan")  # least-conn's total over auto's
+    # after the first FIRST requests: the best static arm (a config alone, or least-conn), and
+    # the share of the oracle's margin over it that auto reached (None: no margin to speak of)
+    margin_base: str = ""
+    margin_share: float | None = None
+    edits_on_ngram: dict[str, float | None] = field(default_factory=dict)  # after FIRST
+    failed: int = 0
+    cut: bool = False
+
+
+def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[str, Run],
+             oracle: tuple[float, float], names: Mapping[str, str], n: int) -> Row:
+    """The row of one load from its measured runs and the oracle's (total, rest)."""
+    row = Row(where, mix, max_tokens, load.name, n)
+    rest = {arm: run.rest(load) for arm, run in runs.items()}
+    row.totals = {arm: run.total(load) for arm, run in runs.items()}
+    row.totals["oracle"], rest["oracle"] = oracle
+    row.best_single = min(ROLES, key=lambda r: _or_inf(row.totals[r]))
+    best = row.totals[row.best_single]
+    row.x_best = {arm: best / total for arm, total in row.totals.items() if total > 0}
+    row.auto_x_lc = row.totals["least-conn"] / row.totals["auto"]
+    row.margin_base = min((*ROLES, "least-conn"), key=lambda arm: _or_inf(rest[arm]))
+    base = rest[row.margin_base]
+    margin = base - rest["oracle"]
+    row.margin_share = (base - rest["auto"]) / margin if margin > 0.01 * base else None
+    for arm in ("auto", "least-conn"):
+        later = [s for s in runs[arm].served if s.index >= FIRST and s.cls == "edit"
+                 and not s.error]
+        row.edits_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in later) / len(later)
+                                   if later else None)
+    row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
+    row.cut = any(run.cut for run in runs.values())
+    return row
+
+
+def _or_inf(value: float) -> float:
+    return float("inf") if math.isnan(value) else value  # nan last
+
+
+# --- the instances and the proxies -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    role: str
+    spec: BackendSpec  # attached (url)
+
+
+def _class_of(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata")
+    return str(meta.get("bench_class", "chat")) if isinstance(meta, Mapping) else "chat"
+
+
+async def sim_instances(machine: str, time_scale: float, stops: list[Stop]) -> list[Instance]:
+    """The three configs as simulated engines of `machine`, serving one request at a time."""
+    out = []
+    for role in ROLES:
+        state = SimState(profile="plain" if role == "plain" else "mtp",
+                         speculation="ngram" if role == "ngram" else "", cost=MACHINES[machine],
+                         acceptance=DRAFT_ACCEPTANCE, reply_tokens=1024, time_scale=time_scale,
+                         serial=True, class_of=_class_of, model="bench-model")
+        _, port, stop = await start_site(create_sim_app(state))
+        stops.append(stop)
+        out.append(Instance(role, BackendSpec(name=f"{role}-0", engine="llamacpp",
+                                              url=f"http://127.0.0.1:{port}",
+                                              speculation=SPECULATION[role])))
+    return out
+
+
+async def real_instances(workdir: Path, stops: list[Stop]) -> tuple[list[Instance], str]:
+    """The local llama.cpp instances (plain, ngram-simple, the draft model at depth 1),
+    launched by the supervisor (stopped by their process groups' PIDs), and their model id."""
+    from backends.supervisor import Supervisor
+    from router.ops.demo import local_instances
+
+    launched, model = local_instances()
+    session = aiohttp.ClientSession()
+    stops.append(session.close)
+    supervisor = Supervisor(launched, workdir / "backends", session=session)
+    await supervisor.start()
+    stops.insert(0, supervisor.stop)
+    out = []
+    for spec, role in zip(launched, ROLES, strict=True):
+        out.append(Instance(role, BackendSpec(name=spec.name, engine="llamacpp",
+                                              url=spec.base_url,
+                                              speculation=SPECULATION[role])))
+    print(f"real instances: {', '.join(f'{i.role} {i.spec.name} {i.spec.url}' for i in out)}; "
+          f"logs in {workdir / 'backends'}")
+    return out, model
+
+
+@contextlib.asynccontextmanager
+async def proxy(workdir: Path, instances: Sequence[Instance]) -> AsyncIterator[str]:
+    """A fresh proxy (a cold start: a new log, no learned state), a pool per instance."""
+    workdir.mkdir(parents=True)
+    policy = workdir / "policy.yaml"
+    policy.write_text(POLICY_PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    specs = [i.spec for i in instances]
+    config = Config(backends=specs, pools={s.name: [s.name] for s in specs}, policy=str(policy),
+                    tokenizer=False, log=LogConfig(path=str(workdir / "decisions.jsonl")),
+                    learn=LearnConfig(interval_s=0))
+    _, port, stop = await start_site(create_app(config, deps=Deps()))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await stop()
+
+
+# --- the benchmark ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    mixes: Sequence[str]
+    max_tokens: Sequence[int]
+    loads: Sequence[Load]
+    requests: int
+    open_load: float
+    seed: int
+    run_seconds: float
+    deadline: float  # monotonic
+    real: bool = False
+    model: str = "bench-model"
+
+
+def bodies(mix: str, settings: Settings, max_tokens: int) -> list[TrafficRequest]:
+    items = make_edit_mix(mix, settings.requests, settings.seed, max_tokens)
+    if not settings.real:
+        return items
+    # the real engines: their model id, and no prompt cache (every instance computes the same
+    # answer from scratch; a cache hit can change a greedy answer slightly)
+    return [TrafficRequest(r.cls, r.lang, {**{k: v for k, v in r.body.items() if k != "metadata"},
+                                           "model": settings.model, "cache_prompt": False})
+            for r in items]
+
+
+async def bench_instances(where: str, instances: Sequence[Instance], settings: Settings,
+                          workdir: Path) -> list[Row]:
+    """Every mix, length and load on one set of instances."""
+    names = {i.role: i.spec.name for i in instances}
+    rows: list[Row] = []
+    serial = (f"run-{n}" for n in range(10**6))
+    async with proxy(workdir / "pinned", instances) as pinned:
+        for mix in settings.mixes:
+            for max_tokens in settings.max_tokens:
+                items = bodies(mix, settings, max_tokens)
+                print(f"\n== {where}, mix {mix}, max_tokens {max_tokens}, {len(items)} requests "
+                      f"({_classes(items)})", flush=True)
+                rows += await _mix(where, mix, max_tokens, items, instances, names, pinned,
+                                   settings, workdir, serial)
+    return rows
+
+
+async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficRequest],
+               instances: Sequence[Instance], names: Mapping[str, str], pinned: str,
+               settings: Settings, workdir: Path, serial: Iterator[str]) -> list[Row]:
+    def bound() -> float:
+        return min(settings.deadline, time.monotonic() + settings.run_seconds)
+
+    one = Load("1 client", 1)
+    alone = {role: await drive(pinned, items, one, Pinned(names[role]), next(serial), bound())
+             for role in ROLES}  # each request on each instance: the oracle's replay
+    service = {names[r]: {s.index: s.latency for s in run.served if not s.error}
+               for r, run in alone.items()}
+    timed = complete(service, items)
+    fastest = statistics.fmean(min(t[i] for t in service.values()) for i in timed) if timed \
+        else 1.0
+    arrivals = poisson(len(items), settings.open_load / max(fastest, 1e-3), settings.seed)
+    rows: list[Row] = []
+    for load in settings.loads:
+        runs: dict[str, Run] = {}
+        for role in ROLES:
+            runs[role] = alone[role] if load == one else await drive(
+                pinned, items, load, Pinned(names[role]), next(serial), bound(), arrivals)
+        async with proxy(workdir / next(serial), instances) as cold:
+            runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), bound(),
+                                       arrivals)
+        runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
+                                         next(serial), bound(), arrivals)
+        later = [i for i in timed if i >= FIRST]
+        if load.open:
+            oracle = oracle_open(service, timed, arrivals)
+        else:
+            oracle = (oracle_ceiling(service, items, timed, load.clients),
+                      oracle_ceiling(service, items, later, load.clients) if later
+                      else float("nan"))
+        row = make_row(where, mix, max_tokens, load, runs, oracle, names, len(items))
+        print(format_row(row, first=not rows), flush=True)
+        rows.append(row)
+    return rows
+
+
+def _classes(items: Sequence[TrafficRequest]) -> str:
+    counts: dict[str, int] = {}
+    for r in items:
+        counts[r.cls] = counts.get(r.cls, 0) + 1
+    return ", ".join(f"{c} {n}" for c, n in sorted(counts.items()))
+
+
+HEADER: Final = (f"  {'load':<10}" + "".join(f"{a:>11}" for a in ARMS)
+                 + f"  {'best':>6} {'auto xbest':>10} {'lc xbest':>9} {'oracle xbest':>12}"
+                 f" {'auto xlc':>9}  {'margin@10':>15}  {'edits->ngram@10 auto/lc':>23}")
+
+
+def format_row(row: Row, first: bool = False) -> str:
+    """One load's line (after the header, when `first`)."""
+    cells = "".join(f"{row.totals.get(a, float('nan')):>11.2f}" for a in ARMS)
+    x = {a: row.x_best.get(a, float("nan")) for a in ("auto", "least-conn", "oracle")}
+    margin = f"{_share(row.margin_share)} of {_short(row.margin_base)}"
+    edits = "/".join(_share(row.edits_on_ngram.get(a)) for a in ("auto", "least-conn"))
+    flags = (" cut" if row.cut else "") + (f" failed {row.failed}" if row.failed else "")
+    line = (f"  {row.load:<10}{cells}  {row.best_single:>6} {x['auto']:>10.3f} "
+            f"{x['least-conn']:>9.3f} {x['oracle']:>12.3f} {row.auto_x_lc:>9.3f}  {margin:>15}  "
+            f"{edits:>23}{flags}")
+    return f"{HEADER}\n{line}" if first else line
+
+
+def _short(arm: str) -> str:
+    return "lc" if arm == "least-conn" else arm
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+async def run(settings: Settings, backends: str, machines: Sequence[str], time_scale: float,
+              workdir: Path) -> list[Row]:
+    rows: list[Row] = []
+    if backends == "real":
+        stopping: list[Stop] = []
+        try:
+            instances, model = await real_instances(workdir / "real", stopping)
+            real = replace(settings, real=True, model=model)
+            rows += await bench_instances("real", instances, real, workdir / "real")
+        finally:
+            for stop in stopping:
+                await stop()
+        return rows
+    for machine in machines:
+        stops: list[Stop] = []
+        try:
+            instances = await sim_instances(machine, time_scale, stops)
+            rows += await bench_instances(f"sim {machine}", instances, settings,
+                                          workdir / machine)
+        finally:
+            for stop in stops:
+                await stop()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--backends", choices=("sim", "real"), default="sim",
+                        help="sim: simulated engines of --machines; real: the local llama.cpp "
+                             "instances (built and cached on first use)")
+    parser.add_argument("--machines", nargs="+", default=list(DEFAULT_MACHINES),
+                        choices=list(MACHINES), help="simulated machines, one after another")
+    parser.add_argument("--mixes", nargs="+", default=list(EDIT_MIXES), choices=list(EDIT_MIXES))
+    parser.add_argument("--max-tokens", type=int, nargs="+", default=[96, 400],
+                        help="answer lengths (max_tokens of every request)")
+    parser.add_argument("--loads", nargs="+", default=["1", "2", "open"],
+                        help="closed-loop clients (a number) or 'open' (Poisson arrivals)")
+    parser.add_argument("--requests", type=int, default=24, help="requests per run (> 10)")
+    parser.add_argument("--time-scale", type=float, default=0.02,
+                        help="sim: the share of the cost model's time the engines take")
+    parser.add_argument("--open-load", type=float, default=0.8,
+                        help="open loop: arrivals per oracle service time of one instance")
+    parser.add_argument("--seed", type=int, default=7, help="traffic and arrivals")
+    parser.add_argument("--run-seconds", type=float, default=600.0, help="bound of each run")
+    parser.add_argument("--max-seconds", type=float, default=3600.0, help="bound of it all")
+    parser.add_argument("--json", default="", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    loads = [parse_load(text) for text in args.loads]
+    settings = Settings(args.mixes, args.max_tokens, loads, args.requests, args.open_load,
+                        args.seed, args.run_seconds, time.monotonic() + args.max_seconds)
+    workdir = Path(tempfile.mkdtemp(prefix="specroute-arms-"))
+    started = time.monotonic()
+    print(f"bench.arms: {args.backends}"
+          + (f" ({', '.join(args.machines)}; time scale {args.time_scale})"
+             if args.backends == "sim" else "")
+          + f"; {args.requests} requests per run, greedy, seed {args.seed}")
+    try:
+        rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1),
+                                   encoding="utf-8")
+    print(f"\n({time.monotonic() - started:.0f} s; totals: closed loop wall seconds, open loop "
+          "mean latency; x best: the best single config's total over the arm's)")
+    return 1 if any(r.cut or r.failed for r in rows) else 0
+
+
+if __name__ == "__main__":
+    configure_logging()  # the proxies' events on stderr, the tables on stdout
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""bench.arms on the simulator, unpaced and tiny: the rows it prints and what they must hold."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.arms import (
+    ARMS,
+    FIRST,
+    HEADER,
+    LeastConn,
+    Served,
+    main,
+    oracle_ceiling,
+    oracle_one_client,
+    oracle_open,
+)
+from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+
+
+def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.json"
+    code = main(["--machines", "cpu-pair", "--mixes", "mixed", "--max-tokens", "24",
+                 "--requests", "12", "--time-scale", "0", "--loads", "1", "2", "open",
+                 "--json", str(out)])
+    assert code == 0  # nothing failed, nothing cut
+    printed = capsys.readouterr().out
+    assert HEADER in printed
+    assert "== sim cpu-pair, mix mixed, max_tokens 24, 12 requests" in printed
+    rows = json.loads(out.read_text())
+    assert [r["load"] for r in rows] == ["1 client", "2 clients", "open loop"]
+    for row in rows:
+        assert set(row["totals"]) == set(ARMS)
+        assert all(math.isfinite(v) and v >= 0 for v in row["totals"].values())
+        assert row["best_single"] in ("plain", "ngram", "draft")
+        assert set(row["edits_on_ngram"]) == {"auto", "least-conn"}
+        assert row["failed"] == 0 and not row["cut"]
+    alone = rows[0]["totals"]  # 1 client: each request on its fastest instance, in turn
+    assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
+
+
+def _served(index: int, cls: str, backend: str, seconds: float) -> Served:
+    return Served(index, cls, backend, 0.0, seconds)
+
+
+ITEMS = [TrafficRequest("edit" if i % 2 else "chat", "en", {}) for i in range(12)]
+# edits: 1 s on ngram, 3 s elsewhere; chat: 1 s on plain, 1.1 s on ngram, 2 s on draft
+SERVICE = {
+    "plain-0": {i: (3.0 if i % 2 else 1.0) for i in range(12)},
+    "ngram-0": {i: (1.0 if i % 2 else 1.1) for i in range(12)},
+    "draft-0": {i: (3.0 if i % 2 else 2.0) for i in range(12)},
+}
+
+
+def test_one_client_the_oracle_takes_each_requests_fastest_instance() -> None:
+    assert oracle_one_client(SERVICE, range(12)) == pytest.approx(12 * 1.0)
+
+
+def test_under_load_the_ceiling_spreads_the_classes_and_bounds_every_instance() -> None:
+    # 2 clients: the 6 edits on ngram (6 s) and the 6 chats on plain (6 s) run side by side
+    assert oracle_ceiling(SERVICE, ITEMS, range(12), 2) == pytest.approx(6.0)
+    # 3 clients: the clients no longer bind; moving work off the busiest instance pays until
+    # every instance is as busy: 1.1 s chats on ngram and 2 s on draft share the load
+    three = oracle_ceiling(SERVICE, ITEMS, range(12), 3)
+    assert 4.0 < three < 6.0
+
+
+def test_open_loop_the_oracle_finishes_each_arrival_soonest() -> None:
+    mean, later = oracle_open(SERVICE, range(12), [10.0 * i for i in range(12)])
+    assert mean == pytest.approx(1.0) and later == pytest.approx(1.0)  # never a queue
+    bunched, _ = oracle_open(SERVICE, range(12), [0.0] * 12)
+    assert bunched > 1.0
+
+
+def test_least_connections_takes_the_emptiest_instance_ties_in_turn() -> None:
+    lc = LeastConn(["a", "b", "c"])
+    first = [lc.pick() for _ in range(3)]
+    assert first == ["a", "b", "c"]
+    lc.release("b")
+    assert lc.pick() == "b"
+
+
+@pytest.mark.parametrize("mix", list(EDIT_MIXES))
+def test_each_mix_has_its_classes_in_their_shares_in_both_windows(mix: str) -> None:
+    items = make_edit_mix(mix, 24, 7)
+    shares = EDIT_MIXES[mix]
+    for cls, share in shares.items():
+        assert sum(r.cls == cls for r in items) == round(share * 24)
+    assert {r.body["metadata"]["bench_class"] for r in items} == set(shares)
+    if mix == "mixed":
+        assert any(r.cls == "edit" for r in items[FIRST:])
