@@ -293,11 +293,19 @@ def _speculation_warnings(spec: BackendSpec, answers: Mapping[str, TimedProbe]) 
         return [(f"{label}: the engine reports no draft statistics; speculation cannot be "
                  "confirmed (decode tokens/s is still measured)")]
     if spec.profile == "mtp" and drafted == 0:
-        return [(f"{label} drafted no token on the greedy probes ({', '.join(answers)}): "
-                 "speculation is not running there")]
+        why = ("its lookup found nothing to draft (its n-gram bounds may be longer than the "
+               "probe), or speculation is not running there" if _looks_up(spec)
+               else "speculation is not running there")
+        return [f"{label} drafted no token on the greedy probes ({', '.join(answers)}): {why}"]
     if spec.profile == "plain" and drafted:
         return [f"{label} drafted {drafted} tokens: it speculates, so both profiles do"]
     return []
+
+
+def _looks_up(spec: BackendSpec) -> bool:
+    """It drafts from what the text so far repeats (n-grams, suffix trees), not with a model."""
+    kind = spec.speculation.type if spec.speculation is not None else ""
+    return kind.startswith("ngram") or kind == "suffix"
 
 
 def _auth(spec: BackendSpec) -> dict[str, str]:

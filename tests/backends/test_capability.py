@@ -103,7 +103,8 @@ async def test_a_speculating_instance_judged_on_the_free_probe_alone_drafted_not
     alone = await capability_probe([ngram("n", url, "vllm"), plain], session, probes=free_only)
     assert alone.drafted["n"] == 0 and alone.drafts("n") is False
     assert alone.backend_warnings == {"n": (
-        ("backend 'n' (ngram) drafted no token on the greedy probes (free): speculation is "
+        ("backend 'n' (ngram) drafted no token on the greedy probes (free): its lookup found "
+         "nothing to draft (its n-gram bounds may be longer than the probe), or speculation is "
          "not running there"),)}
     both = await capability_probe([ngram("n", url, "vllm"), plain], session)
     assert both.warnings == () and both.drafts("n") is True
