@@ -94,10 +94,12 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
     assert f"listening on http://127.0.0.1:{port}/v1" in stderr.decode()
     assert "paces_measured" in stderr.decode()
     lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
-    assert [r["decision"]["reason"] for r in lines[:2]] == ["probe", "probe"]
-    assert {r["decision"]["backend"] for r in lines[:2]} == {"mtp-0", "plain-0"}
-    assert len(lines) == 3
-    record = lines[2]
+    # two probes per instance (a copy-heavy and a free-form request), then the request
+    assert [r["decision"]["reason"] for r in lines[:4]] == ["probe"] * 4
+    assert sorted(r["request_id"] for r in lines[:4]) == [
+        "probe_mtp-0_copy", "probe_mtp-0_free", "probe_plain-0_copy", "probe_plain-0_free"]
+    assert len(lines) == 5
+    record = lines[4]
     # measured at start: the first request goes to the faster instance, no exploration needed
     assert record["decision"]["backend"] == "plain-0" and not record["decision"]["explored"]
     assert record["classifier"]["class"] == "code"
