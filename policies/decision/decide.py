@@ -117,24 +117,23 @@ def place(
     if choice is None:
         return Decision(unserved, "", "no_healthy_backend", rule)
     chosen = choice.candidate
-    shown = _shown_speedup(speedups, chosen.config)
+    shown = (_shown_speedup(speedups, chosen.config) if speedups
+             else predict_speedup(policy, features, scores, model))
     return Decision(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
         explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
-        tokens=tokens, speedup=shown.speedup if shown else None,
-        speedup_sd=shown.sd if shown else None, p_spec=shown.pays if shown else None,
+        tokens=tokens, speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), config=chosen.config,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
     )
 
 
-def _shown_speedup(speedups: Mapping[str, Drawn], chosen: str) -> Prediction | None:
+def _shown_speedup(speedups: Mapping[str, Drawn], chosen: str) -> Prediction:
     """The prediction a decision logs: the chosen config's, or with a plain instance chosen
-    the speculating config likeliest to pay (None: no speculating candidate)."""
+    the speculating config likeliest to pay (with none among the candidates, the caller logs
+    depth-1 speculation's, as before there were configs)."""
     if chosen in speedups:
         return speedups[chosen].prediction
-    if not speedups:
-        return None
     return max((d.prediction for d in speedups.values()), key=lambda p: p.pays)
 
 
