@@ -43,10 +43,13 @@ The arms, on one request sequence:
 
 Printed per load, measured side by side in one run (these machines are noisy): each arm's total
 (closed loop: wall seconds; open loop: mean latency), `x best` (the best single config's total
-over the arm's: above 1 is faster than any config alone), the share of the oracle's margin over
-the best single config that the arm reached after the first 10 requests (closed loop: the time
-from the 10th answer to the last; open loop: their mean latency), and the share of edits after
-the first 10 that went to the n-gram instance. `--json` writes the same rows as JSON.
+over the arm's: above 1 is faster than any config alone), `auto xlc` (least-conn's total over
+auto's), the share of the oracle's margin over
+the best static arm (a config alone, or least-conn, whichever did better on them) that `auto`
+reached on the requests after the first 10 (closed loop: their latencies summed over the
+clients; open loop: their mean latency; `-` where the oracle's margin is under 3%), and the
+share of edits after the first 10 that went to the n-gram instance. `--json` writes the same
+rows as JSON.
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ SPECULATION: Final[Mapping[str, Speculation]] = {
 DRAFT_ACCEPTANCE: Final = {"edit": 0.97, "chat": 0.6, "prose": 0.6}
 DEFAULT_MACHINES: Final = ("cpu-pair", "gb10")
 FIRST: Final = 10  # the cold start: the shares are of what comes after
+MARGIN_FLOOR: Final = 0.03  # an oracle's margin below 3% of the best static arm's is noise here
 Stop = Callable[[], Awaitable[None]]
 
 
@@ -141,13 +145,13 @@ class Run:
         return max(s.done for s in ok) - min(s.sent for s in ok)
 
     def rest(self, load: Load) -> float:
-        """The same after the first `FIRST` requests (closed loop: from the FIRST-th answer)."""
-        ok = [s for s in self.served if not s.error]
-        if load.open:
-            later = [s.latency for s in ok if s.index >= FIRST]
-            return statistics.fmean(later) if later else float("nan")
-        ends = sorted(s.done for s in ok)
-        return ends[-1] - ends[FIRST - 1] if len(ends) > FIRST else float("nan")
+        """The requests after the first `FIRST`: closed loop, their latencies' sum over the
+        clients (the time C busy clients take for them, the oracle's ceiling's unit); open
+        loop, their mean latency."""
+        later = [s.latency for s in self.served if not s.error and s.index >= FIRST]
+        if not later:
+            return float("nan")
+        return statistics.fmean(later) if load.open else sum(later) / load.clients
 
 
 # --- routing from the client side ------------------------------------------------------------
@@ -326,13 +330,17 @@ class Row:
     margin_base: str = ""
     margin_share: float | None = None
     edits_on_ngram: dict[str, float | None] = field(default_factory=dict)  # after FIRST
+    # class -> config -> mean seconds a request alone on it (the oracle's replay, 1 client)
+    service: dict[str, dict[str, float]] = field(default_factory=dict)
     failed: int = 0
     cut: bool = False
 
 
 def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[str, Run],
-             oracle: tuple[float, float], names: Mapping[str, str], n: int) -> Row:
-    """The row of one load from its measured runs and the oracle's (total, rest)."""
+             oracle: tuple[float, float], names: Mapping[str, str], n: int,
+             alone: Mapping[str, Run]) -> Row:
+    """The row of one load from its measured runs, the oracle's (total, rest) and the runs of
+    each config alone at 1 client."""
     row = Row(where, mix, max_tokens, load.name, n)
     rest = {arm: run.rest(load) for arm, run in runs.items()}
     row.totals = {arm: run.total(load) for arm, run in runs.items()}
@@ -344,7 +352,7 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
     row.margin_base = min((*ROLES, "least-conn"), key=lambda arm: _or_inf(rest[arm]))
     base = rest[row.margin_base]
     margin = base - rest["oracle"]
-    row.margin_share = (base - rest["auto"]) / margin if margin > 0.01 * base else None
+    row.margin_share = (base - rest["auto"]) / margin if margin > MARGIN_FLOOR * base else None
     for arm in ("auto", "least-conn"):
         later = [s for s in runs[arm].served if s.index >= FIRST and s.cls == "edit"
                  and not s.error]
@@ -352,7 +360,28 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
                                    if later else None)
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
+    row.service = service_by_class(alone)
     return row
+
+
+def service_by_class(runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
+    """Each class's mean latency on each config alone (the 1-client runs: service times)."""
+    out: dict[str, dict[str, float]] = {}
+    for role in ROLES:
+        by_class: dict[str, list[float]] = {}
+        for s in runs[role].served:
+            if not s.error:
+                by_class.setdefault(s.cls, []).append(s.latency)
+        for cls, values in sorted(by_class.items()):
+            out.setdefault(cls, {})[role] = statistics.fmean(values)
+    return out
+
+
+def format_service(service: Mapping[str, Mapping[str, float]]) -> str:
+    """One line: per class, seconds a request alone on each config."""
+    return "  alone, s per request: " + "; ".join(
+        f"{cls} " + " ".join(f"{role} {seconds:.2f}" for role, seconds in times.items())
+        for cls, times in service.items())
 
 
 def _or_inf(value: float) -> float:
@@ -506,7 +535,9 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
             oracle = (oracle_ceiling(service, items, timed, load.clients),
                       oracle_ceiling(service, items, later, load.clients) if later
                       else float("nan"))
-        row = make_row(where, mix, max_tokens, load, runs, oracle, names, len(items))
+        row = make_row(where, mix, max_tokens, load, runs, oracle, names, len(items), alone)
+        if not rows:
+            print(format_service(row.service))
         print(format_row(row, first=not rows), flush=True)
         rows.append(row)
     return rows

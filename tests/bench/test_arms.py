@@ -40,6 +40,8 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
         assert row["best_single"] in ("plain", "ngram", "draft")
         assert set(row["edits_on_ngram"]) == {"auto", "least-conn"}
         assert row["failed"] == 0 and not row["cut"]
+        assert set(row["service"]) == {"chat", "edit", "prose"}  # each class alone on each config
+        assert all(set(times) == {"plain", "ngram", "draft"} for times in row["service"].values())
     alone = rows[0]["totals"]  # 1 client: each request on its fastest instance, in turn
     assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
 
