@@ -623,11 +623,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-seconds", type=float, default=600.0, help="bound of each run")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="bound of it all")
     parser.add_argument("--json", default="", help="also write the rows to this file")
+    parser.add_argument("--out", default="",
+                        help="keep the proxies' decision logs and the engines' logs here (a new "
+                             "directory; '': a temporary one, removed at the end)")
     args = parser.parse_args(argv)
+    if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
+        parser.error(f"--out {args.out}: not empty (every proxy starts cold, in a new directory)")
     loads = [parse_load(text) for text in args.loads]
     settings = Settings(args.mixes, args.max_tokens, loads, args.requests, args.open_load,
                         args.seed, args.run_seconds, time.monotonic() + args.max_seconds)
-    workdir = Path(tempfile.mkdtemp(prefix="specroute-arms-"))
+    workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specroute-arms-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"bench.arms: {args.backends}"
           + (f" ({', '.join(args.machines)}; time scale {args.time_scale})"
@@ -636,7 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir))
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not args.out:
+            shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1),
                                    encoding="utf-8")
