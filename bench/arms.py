@@ -434,7 +434,7 @@ async def real_instances(workdir: Path, stops: list[Stop]) -> tuple[list[Instanc
     for spec, role in zip(launched, ROLES, strict=True):
         out.append(Instance(role, BackendSpec(name=spec.name, engine="llamacpp",
                                               url=spec.base_url,
-                                              speculation=SPECULATION[role])))
+                                              speculation=spec.speculation or SPECULATION[role])))
     print(f"real instances: {', '.join(f'{i.role} {i.spec.name} {i.spec.url}' for i in out)}; "
           f"logs in {workdir / 'backends'}")
     return out, model

@@ -179,19 +179,12 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
 
 
 def local_instances() -> tuple[list[BackendSpec], str]:
-    """The launch specs of the three local instances (plain, n-gram, the draft model), and
-    their model id; builds and downloads into the cache on first use."""
-    from backends.local.cache import free_loopback_port
-    from backends.local.pair import ensure_pair, local_pair_specs
+    """The launch specs of the three local instances (plain, n-gram prompt lookup, the draft
+    model at depth 1), and their model id; builds and downloads into the cache on first use."""
+    from backends.local.pair import THREE, ensure_pair, local_specs
 
     pair = ensure_pair("qwen")
-    plain, draft = local_pair_specs("qwen")
-    assert plain.launch is not None
-    # the target alone, drafting from the prompt (ngram-simple, the engine's own depth)
-    ngram = BackendSpec(name="qwen-ngram", engine="llamacpp",
-                        speculation=Speculation(type="ngram-simple"),
-                        launch=plain.launch.model_copy(update={"port": free_loopback_port()}))
-    return [plain, ngram, draft], pair.target.stem
+    return local_specs("qwen", THREE), pair.target.stem
 
 
 async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str], what: str) -> dict[str, str]:
