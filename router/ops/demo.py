@@ -233,20 +233,24 @@ def format_table(records: Sequence[RouteRecord], true_class: Mapping[str, str],
         else:
             row["routes"].append(backend)
             row["classified"].append(r.classifier.get("class"))
-    header = f"{'class':<10} {'n':>3} {'classified as':<22} {'route (auto)':<28} " + " ".join(
-        f"{name + ' ms/tok':>20}" for name in served)
+    classes = [c for c in (*CLASSES, *sorted(set(rows) - set(CLASSES))) if c in rows]
+    wide = {key: max([len(title)] + [len(_counts(rows[c][key])) for c in classes])
+            for key, title in (("classified", "classified as"), ("routes", "route (auto)"))}
+    cell_width = max([20] + [len(name) + 8 for name in served])
+    header = (f"{'class':<10} {'n':>3} {'classified as':<{wide['classified']}} "
+              f"{'route (auto)':<{wide['routes']}} "
+              + " ".join(f"{name + ' ms/tok':>{cell_width}}" for name in served))
     lines = [header, "-" * len(header)]
-    for cls in (*CLASSES, *sorted(set(rows) - set(CLASSES))):
-        if cls not in rows:
-            continue
+    for cls in classes:
         row = rows[cls]
         cells = []
         for name in served:
             ms, accept = _median(row[f"ms {name}"]), _median(row[f"accept {name}"])
             cell = _fmt(ms, 1) + (f" ({accept:.2f})" if accept is not None else "")
-            cells.append(f"{cell:>20}")
-        lines.append(f"{cls:<10} {len(row['routes']):>3} {_counts(row['classified']):<22} "
-                     f"{_counts(row['routes']):<28} " + " ".join(cells))
+            cells.append(f"{cell:>{cell_width}}")
+        lines.append(f"{cls:<10} {len(row['routes']):>3} "
+                     f"{_counts(row['classified']):<{wide['classified']}} "
+                     f"{_counts(row['routes']):<{wide['routes']}} " + " ".join(cells))
     lines.append("(ms/tok: median decode milliseconds per token of the requests pinned to the "
                  "instance; in parentheses, its draft acceptance)")
     return "\n".join(lines)
