@@ -12,8 +12,8 @@ The speedup is drawn from its posterior (Thompson sampling, one standard normal 
 and a draw that would pick another instance than the posterior mean is followed only when the
 expected regret of doing so (the mean cost there over the best mean cost, less one) is at
 most `max_regret`: exploration costs at most that share of a request's time, and only where the
-evidence leaves the choice open. Until a kind of instance has been measured `THIN_BELOW` times
-(the startup probe is one), its mean is the prior's guess and a draw for it is followed anyway.
+evidence leaves the choice open. Until a config has been measured `THIN_BELOW` times (the
+startup probe's two requests per instance), its mean is the prior's guess and a draw for it is followed anyway.
 
 The cost of a choice is not only this request's finish: every request that will queue behind
 it on that instance waits its service time there too. In a FIFO queue that serves one request
@@ -39,9 +39,14 @@ from typing import Final, NamedTuple
 # An in-flight request that has run past its predicted time is taken to need at least this
 # share of its prediction more (it is busy, not done).
 OVERRUN_SHARE: Final = 0.2
-# A kind of instance measured fewer times than this is thin: its predicted pace is mostly the
+# A config measured fewer times than this is thin: its predicted pace is mostly the
 # prior's, so the regret bound (computed from it) does not stop a draw from measuring it.
-THIN_BELOW: Final = 3
+# The startup probe measures each instance twice, on a copy-heavy and a free-form request (the
+# two ends of what decides a speculation's pay), so a probed config is not judged from the
+# prior alone; a third forced measurement cost a cold start more than it taught (bench.arms:
+# edits-only on cpu-pair 0.875 -> 0.989 x always-ngram; bench.learning's GB10 mixes >= 1.002
+# x the best static flag either way).
+THIN_BELOW: Final = 2
 
 
 class InFlight(NamedTuple):
