@@ -92,9 +92,11 @@ def _view_completions(body: dict[str, Any]) -> RequestView:
     elif isinstance(prompt, str):
         text = prompt
     elif isinstance(prompt, list) and prompt and all(
-        isinstance(p, int) and not isinstance(p, bool) for p in prompt
+        isinstance(p, int | float) and not isinstance(p, bool) for p in prompt
     ):
-        text = ""  # token ids: no text to read, still a valid request
+        # token ids: no text to read, still a valid request (the engine judges the ids; an
+        # integer past 64 bits arrives as a float from the fast parser, router.json_body)
+        text = ""
     else:
         raise InvalidRequest("'prompt' must be a string or an array of strings.", "prompt")
     return _assemble("completions", body, [("user", text)], system="", max_tokens_key=("max_tokens",))
