@@ -59,7 +59,6 @@ import asyncio
 import contextlib
 import json
 import math
-import random
 import shutil
 import statistics
 import sys
@@ -76,7 +75,7 @@ from scipy.optimize import linprog  # type: ignore[import-untyped]
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
-from bench.learning import POLICY_PATH
+from bench.learning import POLICY_PATH, poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.app import create_app
@@ -303,14 +302,6 @@ def oracle_open(service: Service, indices: Sequence[int], arrivals: Sequence[flo
             statistics.fmean(later) if later else float("nan"))
 
 
-def poisson(n: int, rate_per_s: float, seed: int) -> list[float]:
-    rng, t, out = random.Random(seed), 0.0, []
-    for _ in range(n):
-        t += rng.expovariate(rate_per_s)
-        out.append(t)
-    return out
-
-
 # --- one table row ---------------------------------------------------------------------------
 
 
@@ -516,7 +507,8 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     timed = complete(service, items)
     fastest = statistics.fmean(min(t[i] for t in service.values()) for i in timed) if timed \
         else 1.0
-    arrivals = poisson(len(items), settings.open_load / max(fastest, 1e-3), settings.seed)
+    # poisson_arrivals is unit-free: a rate per second gives seconds
+    arrivals = poisson_arrivals(len(items), settings.open_load / max(fastest, 1e-3), settings.seed)
     rows: list[Row] = []
     for load in settings.loads:
         runs: dict[str, Run] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from aiohttp.test_utils import TestServer
+import openai
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
@@ -38,7 +38,11 @@ def _story(i: int) -> dict[str, object]:
                           f"keeper, number {i}."}]}
 
 
-async def _stack(aiohttp_server: ServerFactory, tmp_path: Path) -> tuple[TestServer, ListSink]:
+async def _stack(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> tuple[openai.AsyncOpenAI, ListSink]:
+    """The three instances and the proxy, from cold (the startup probe on); the real openai
+    client pointed at it."""
     sims = {
         "plain-0": SimState(profile="plain", cost=CPU),
         "ngram-0": SimState(profile="mtp", cost=CPU, speculation="ngram"),
@@ -62,18 +66,16 @@ async def _stack(aiohttp_server: ServerFactory, tmp_path: Path) -> tuple[TestSer
                     supervisor=SupervisorConfig(log_dir=str(tmp_path / "backends"),
                                                 startup_probe=True))
     sink = ListSink()
-    app = create_app(config, deps=Deps(sinks=(sink,), record_interval_s=0.0))
-    return await aiohttp_server(app), sink
+    proxy = await aiohttp_server(create_app(config, deps=Deps(sinks=(sink,),
+                                                              record_interval_s=0.0)))
+    return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key="sk",
+                              max_retries=0), sink
 
 
 async def test_edits_learn_their_way_to_the_ngram_instance_and_prose_does_not(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
-    import openai
-
-    proxy, sink = await _stack(aiohttp_server, tmp_path)
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key="sk",
-                                max_retries=0)
+    client, sink = await _stack(aiohttp_server, tmp_path)
     served: list[tuple[str, str]] = []
     for i in range(24):
         for kind, body in (("edit", _edit(i)), ("story", _story(i))):
@@ -94,11 +96,7 @@ async def test_edits_learn_their_way_to_the_ngram_instance_and_prose_does_not(
 async def test_a_config_is_a_pool_a_client_or_a_route_can_name(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
-    import openai
-
-    proxy, _ = await _stack(aiohttp_server, tmp_path)
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key="sk",
-                                max_retries=0)
+    client, _ = await _stack(aiohttp_server, tmp_path)
     for pool, backend in (("ngram-simple", "ngram-0"), ("draft", "draft-0"), ("plain", "plain-0")):
         raw = await client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
             **_story(0), extra_headers={"x-specroute-route": pool})

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import platform
 import subprocess
 import sys
 import textwrap
@@ -14,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from backends.engines import adapter_for
-from backends.local.build import machine_tag, server_dir
+from backends.local.build import machine_tag
 from backends.local.cache import LocalBackendError, cache_root, exclusive, sha256_file
-from backends.local.flags import flag_sets
 from backends.local.models import MODELS, ModelAsset, assemble_model, cached_model
 from backends.local.pair import find_pair, local_pair_specs
+from tests.backends.local.cached import lay_out_qwen_cache
 
 
 @pytest.mark.parametrize(
@@ -99,14 +98,8 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
 def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
     with pytest.raises(LocalBackendError, match="ensure qwen"):
         local_pair_specs("qwen", plain_port=1, mtp_port=2, root=tmp_path)
-    server = server_dir(tmp_path, flag_sets(platform.machine())[0]) / "llama-server"
-    server.parent.mkdir(parents=True)
-    server.write_text("#!/bin/sh\n")
-    server.chmod(0o755)
+    server = lay_out_qwen_cache(tmp_path)
     models = tmp_path / "models"
-    models.mkdir()
-    for key in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
-        (models / MODELS[key].file_name).write_bytes(b"gguf")
     assert find_pair("qwen", tmp_path) is not None and find_pair("smollm2", tmp_path) is None
 
     plain, mtp = local_pair_specs("qwen", plain_port=8101, mtp_port=8102, root=tmp_path,

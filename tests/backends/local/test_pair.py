@@ -12,21 +12,14 @@ from backends.engines import adapter_for
 from backends.local.build import server_dir
 from backends.local.cache import LocalBackendError
 from backends.local.flags import flag_sets
-from backends.local.models import MODELS
 from backends.local.pair import THREE, LocalConfig, local_pair_specs, local_specs
 from backends.spec import Speculation
+from tests.backends.local.cached import lay_out_qwen_cache
 
 
 @pytest.fixture
 def cache(tmp_path: Path) -> Path:
-    server = server_dir(tmp_path, flag_sets(platform.machine())[0]) / "llama-server"
-    server.parent.mkdir(parents=True)
-    server.write_text("#!/bin/sh\n")
-    server.chmod(0o755)
-    models = tmp_path / "models"
-    models.mkdir()
-    for key in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
-        (models / MODELS[key].file_name).write_bytes(b"gguf")
+    lay_out_qwen_cache(tmp_path)
     return tmp_path
 
 

@@ -16,15 +16,10 @@ from policies.decision.finish import InFlight, normal_draw, spread_draw
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather
 from policies.policyfile.machine import NEUTRAL
 from policies.policyfile.schema import Assume, Policy
+from tests.policies.decision.test_decide import FEATURES
 from tests.policies.learner.test_configs import _log
 
-BASE = Features(
-    n_tools=0, tool_schema_chars=0, tool_choice_required=False, tool_choice_none=False,
-    last_role_tool=False, last_role_assistant=False, history_has_tool=False, n_messages=1,
-    code_fences=0, code_line_share=0.0, cjk_share=0.0, json_mode=False, temperature=0.0,
-    greedy=True, thinking=False, thinking_unset=True, max_tokens=96, prompt_tokens=20,
-    last_user_tokens=20, system_chars=0,
-)
+BASE = replace(FEATURES, max_tokens=96, prompt_tokens=20)
 EDIT = replace(BASE, code_fences=1, code_line_share=0.8, prompt_tokens=900,
                copy=CopySignals(quoted_code_share=0.85, quoted_chars=3500, edit_verb=True))
 TRIO = (BackendState("plain-0", "plain"), BackendState("ngram-0", "mtp", spec="ngram-simple"),
