@@ -91,15 +91,19 @@ def _view_completions(body: dict[str, Any]) -> RequestView:
         text = "\n".join(prompt)
     elif isinstance(prompt, str):
         text = prompt
-    elif isinstance(prompt, list) and prompt and all(
-        isinstance(p, int | float) and not isinstance(p, bool) for p in prompt
-    ):
-        # token ids: no text to read, still a valid request (the engine judges the ids; an
-        # integer past 64 bits arrives as a float from the fast parser, router.json_body)
-        text = ""
+    elif isinstance(prompt, list) and prompt and all(_token_id(p) for p in prompt):
+        text = ""  # token ids: no text to read, still a valid request (the engine judges them)
     else:
         raise InvalidRequest("'prompt' must be a string or an array of strings.", "prompt")
     return _assemble("completions", body, [("user", text)], system="", max_tokens_key=("max_tokens",))
+
+
+def _token_id(value: object) -> bool:
+    """An integer, as JSON Schema counts them: an integral number (an integer past 64 bits
+    arrives as a float from the fast parser, router.json_body)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 def _view_messages(body: dict[str, Any]) -> RequestView:

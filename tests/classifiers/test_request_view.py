@@ -189,6 +189,7 @@ def test_a_prompt_of_token_ids_is_a_request_with_no_text(prompt: list[float]) ->
     assert view.last_user_text == ""
 
 
-def test_a_prompt_mixing_text_and_token_ids_is_refused() -> None:
+@pytest.mark.parametrize("prompt", [["a", 1], [2.5890419884777833e-42], [1, 2.5], [True]])
+def test_a_prompt_of_neither_text_nor_integers_is_refused(prompt: list[object]) -> None:
     with pytest.raises(InvalidRequest):
-        view_request("completions", {"prompt": ["a", 1]})
+        view_request("completions", {"prompt": prompt})
