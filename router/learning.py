@@ -36,7 +36,7 @@ def learn_now(app: web.Application, now: datetime) -> LearnedState:
                           created=now.isoformat())
     store.put_learned(state, app[DEPS].clock())  # in force now, not read back from the file
     log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
-             log_read=read.summary(), mtp_outcomes=state.evidence.n_mtp,
+             log_read=read.summary(), mtp_outcomes=state.evidence.n_speculating,
              plain_outcomes=state.evidence.plain.n,
              through=state.through, path=str(store.learned_path))
     return state

@@ -91,10 +91,6 @@ class RouteEvidence:
         return sum(e.n for e in self.greedy.values()) + sum(e.n for e in self.sampled.values())
 
     @property
-    def n_mtp(self) -> int:
-        return self.n_speculating
-
-    @property
     def configs(self) -> tuple[str, ...]:
         """The speculation configs measured, plain excluded."""
         return tuple(sorted({*self.greedy, *self.sampled}))

@@ -292,11 +292,6 @@ class Posterior:
         self._views: dict[str, tuple[Vector, Vector, float, float]] = {}
         self._stacks: dict[tuple[str, ...], tuple[Vector, Vector]] = {}
 
-    @property
-    def configs(self) -> tuple[str, ...]:
-        """The speculation configs measured (the others are their priors)."""
-        return tuple(self._blocks)
-
     def _view(self, config: str) -> tuple[Vector, Vector, float, float]:
         """A config's weights' mean and covariance, its sampled term's mean and variance."""
         view = self._views.get(config)

@@ -138,7 +138,7 @@ async def test_replicas_fed_disjoint_traffic_decide_with_the_union_s_posterior(
     for server in servers:
         await sync_sums_once(server.app, server.app[REPLICAS])
     union, union_arms = union_model(servers[0].app, [tmp_path / f"{n}.jsonl" for n in names])
-    assert union.evidence.n_mtp + union.evidence.plain.n == 6 + 9 + 12
+    assert union.evidence.n_speculating + union.evidence.plain.n == 6 + 9 + 12
     for server in servers:
         model = server.app[ONLINE].model
         assert model.evidence.greedy_of("mtp").n == union.evidence.greedy_of("mtp").n
@@ -414,7 +414,7 @@ async def test_store_killed_midway_then_back_keeps_the_last_sums_and_converges(
 
 def total_n(server: Any) -> int:
     evidence = server.app[ONLINE].model.evidence
-    return int(evidence.plain.n + evidence.n_mtp)
+    return int(evidence.plain.n + evidence.n_speculating)
 
 
 def published_n(url: str, name: str) -> int:
