@@ -83,7 +83,7 @@ from bench.learning import POLICY_PATH, poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.app import create_app
-from router.config import Config, LearnConfig, LogConfig
+from router.config import Config, LearnConfig, LoadConfig, LogConfig
 from router.serve import configure_logging, start_site
 from router.state import Deps
 
@@ -478,9 +478,13 @@ async def proxy(workdir: Path, instances: Sequence[Instance]) -> AsyncIterator[s
     policy = workdir / "policy.yaml"
     policy.write_text(POLICY_PATH.read_text(encoding="utf-8"), encoding="utf-8")
     specs = [i.spec for i in instances]
+    # No engine gauges: side by side, a gauge read while another arm's request ran on an
+    # instance is still counted (up to load.max_age_s) when this proxy's next request comes, so
+    # an idle instance looked busy (a real edit sent to plain with ngram predicted 1.4x); each
+    # proxy counts its own requests in flight, and under load the arms run one at a time.
     config = Config(backends=specs, pools={s.name: [s.name] for s in specs}, policy=str(policy),
                     tokenizer=False, log=LogConfig(path=str(workdir / "decisions.jsonl")),
-                    learn=LearnConfig(interval_s=0))
+                    learn=LearnConfig(interval_s=0), load=LoadConfig(gauges=False))
     _, port, stop = await start_site(create_app(config, deps=Deps()))
     try:
         yield f"http://127.0.0.1:{port}"
