@@ -27,7 +27,7 @@ local-backend: $(STAMP)
 envoy: $(STAMP)
 	$(PY) -m backends.local.envoy ensure
 
-# cmake, g++, chromium and redis-server with apt where missing, when root (else said, and the
+# cmake, g++, chromium, redis-server and nginx with apt where missing, when root (else said, and the
 # run's last line names what it skipped without them and the command that installs them)
 system-packages:
 	@.ci/system-packages

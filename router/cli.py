@@ -117,6 +117,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="proxy: the client talks to specroute; envoy: to a real Envoy "
                       "(deploy/envoy/envoy.yaml, installed into the cache on first use) with "
                       "specroute as its endpoint picker")
+    demo.add_argument("--replicas", type=int, choices=(1, 2, 3, 4), default=1,
+                      help="2 or more: that many replicas sharing a real redis-server, nginx "
+                      "round robin in front (deploy/nginx/specroute.conf; apt-get install -y "
+                      "nginx redis-server); with --front proxy only")
     demo.add_argument("--requests", type=int, default=10, help="requests per phase")
     demo.add_argument("--max-tokens", type=int, default=None,
                       help="max_tokens of each request (default: 32 local, edits 128; 128 fake)")
@@ -212,8 +216,12 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 def _demo(args: argparse.Namespace) -> int:
     from router.ops.demo import run_demo
 
+    if args.replicas > 1 and args.front != "proxy":
+        print("specroute demo: --replicas runs behind nginx (--front proxy)", file=sys.stderr)
+        return 2
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out, front=args.front)
+                    min_samples=args.min_samples, out=args.out, front=args.front,
+                    replicas=args.replicas)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,9 +35,10 @@ class Missing:
 
 REDIS = Missing("redis-server", "redis-server is not installed", apt="redis-server")
 CHROMIUM = Missing("chromium", "Debian's chromium is not installed", apt="chromium")
+NGINX = Missing("nginx", "nginx is not installed", apt="nginx")
 ENVOY = Missing("envoy", "Envoy 1.40 is not cached", make="envoy")
 SMOLLM2 = Missing("smollm2", "the local SmolLM2 pair is not cached", make="local-backend")
-KNOWN = {m.key: m for m in (REDIS, CHROMIUM, ENVOY, SMOLLM2)}
+KNOWN = {m.key: m for m in (REDIS, CHROMIUM, NGINX, ENVOY, SMOLLM2)}
 
 
 def skip_missing(missing: Missing) -> NoReturn:
