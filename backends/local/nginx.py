@@ -7,7 +7,6 @@ foreground, stopped by PID (never by name).
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.local.cache import LocalBackendError, free_loopback_port
+from backends.local.cache import LocalBackendError, free_loopback_port, stop_process
 from backends.local.envoy import render_config
 
 SITE = Path(__file__).resolve().parents[2] / "deploy" / "nginx" / "specroute.conf"
@@ -41,13 +40,7 @@ class Nginx:
     work: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def nginx_binary() -> str | None:
