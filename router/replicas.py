@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
+from router.learning import relearn_own_log
 from router.peers import PassedOn
 from router.pool import ReplicaLoad
 from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
@@ -489,6 +490,7 @@ async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
 
 
 async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
+    await relearn_own_log(app)  # what it wrote after its last publish, before it publishes
     interval = app[CONFIG].replicas.sync_interval_s
     while True:
         await sync_sums_once(app, link)

@@ -27,6 +27,8 @@ from router.addons.dashboard import (
 )
 from router.online import model_status
 from router.state import ONLINE
+from tests.missing import CHROMIUM as CHROMIUM_PACKAGE
+from tests.missing import skip_missing
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -124,7 +126,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; .ci/run does)")
+        skip_missing(CHROMIUM_PACKAGE)
     from playwright.async_api import async_playwright
 
     stack, records = await _real_run(aiohttp_server, tmp_path)
