@@ -14,8 +14,8 @@ request sequence and arrival times:
 
 - `specroute`: the real decision (`policies.decision.decide` over the shipped policy, the shipped
   classifier, the policy's prior unless `--prior` says another, Thompson draws), the real
-  in-flight tracker (`router.pool.BackendPool`), the startup probe's records
-  (`router.pace_probe`) and the model updated online from each outcome as the proxy does
+  in-flight tracker (`router.instances.pool.BackendPool`), the startup probe's records
+  (`router.instances.pace_probe`) and the model updated online from each outcome as the proxy does
   (`policies.learner.routemodel.observe`); from a cold start.
 - `always-mtp` / `always-plain`: the static flag: both instances with it, least connections.
 - `least_conn`: nginx's `least_conn` over the mtp/plain pair (fewest in flight; ties in turn).
@@ -56,6 +56,7 @@ from bench.traffic import MIXES, TrafficRequest, make_mix
 from classifiers.features import Features, extract
 from classifiers.model import load_artifact
 from classifiers.request_view import view_request
+from classifiers.scorer import Scorer
 from classifiers.scores import Scores
 from fileio.yamlfile import load_model
 from policies.decision.ask import Ask, State
@@ -67,9 +68,8 @@ from policies.learner.speedup import PriorTerms
 from policies.policyfile.machine import BUILTIN, MachinePrior
 from policies.policyfile.schema import Policy
 from policies.store import load_prior
-from router.pace_probe import probe_records
-from router.pool import BackendPool
-from router.scoring import Scorer
+from router.instances.pace_probe import probe_records
+from router.instances.pool import BackendPool
 
 GB10_SPEEDUP: Final = {"agent": 1.094, "code": 1.065, "technical": 1.044, "prose": 0.964,
                        "chat": 0.963}
@@ -152,7 +152,7 @@ def _arm(state: SimState, body: dict[str, object]) -> Arm:
 
 def probe_evidence(machine: str, policy: Policy, scorer: Scorer) -> RouteEvidence:
     """What the proxy's startup probe teaches on `machine`: each probe request (a copy-heavy
-    and a free-form one) timed on each instance, taken as records (`router.pace_probe`, the
+    and a free-form one) timed on each instance, taken as records (`router.instances.pace_probe`, the
     proxy's own code)."""
     timed: dict[str, dict[str, TimedProbe]] = {}
     for name, profile in PAIR:

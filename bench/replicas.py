@@ -97,7 +97,7 @@ from router.config import (
     ReplicasConfig,
     SupervisorConfig,
 )
-from router.online import model_status
+from router.learning.online import model_status
 from router.serve import start_site
 
 SETUPS: Final = ("least_conn", "single", "2 replicas", "killed")

@@ -21,21 +21,23 @@ from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, learned_path_for, paces
-from router import handlers, peer_load
 from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
 from router.config import Config
-from router.engine_load import engine_gauges
-from router.errors import openai_errors
-from router.learning import background_learner
-from router.online import OnlineModel
-from router.pace_probe import measured_notes, probe_records
-from router.peer_load import peer_streams
-from router.pool import BackendPool
-from router.replicas import replica_id, replicas
-from router.scoring import ScorerHolder
-from router.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
+from router.edge import handlers
+from router.instances.engine_load import engine_gauges
+from router.instances.pace_probe import measured_notes, probe_records
+from router.instances.pool import BackendPool
+from router.instances.supervision import supervise
+from router.learning.online import OnlineModel
+from router.learning.relearn import background_learner
+from router.learning.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
+from router.replicas import peer_load
+from router.replicas.link import replica_id, replicas
+from router.replicas.peer_load import peer_streams
+from router.request.errors import openai_errors
+from router.request.scorer_holder import ScorerHolder
 from router.state import (
     ASK_MEMO,
     CONFIG,
@@ -55,7 +57,6 @@ from router.state import (
     TOOLS_MEMO,
     Deps,
 )
-from router.supervision import supervise
 
 log = structlog.get_logger("specroute")
 # Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).

@@ -127,7 +127,7 @@ def _registrars() -> list[Callable[[Subparsers], None]]:
 def _config_facts(path: str) -> ConfigFacts:
     """What `policy check | explain --config` need from a config.yaml."""
     from policies.commands import ConfigFacts
-    from router.replicas import replica_id
+    from router.replicas.link import replica_id
 
     config = load_config(path)
     return ConfigFacts(

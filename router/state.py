@@ -18,16 +18,17 @@ from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
+from classifiers.scorer import Scorer
 from policies import PolicyStore, SessionTable
 from router.config import Config
-from router.online import OnlineModel
-from router.pool import BackendPool
-from router.scoring import Scorer, ScorerHolder
-from router.sinks import RecordQueue, RecordSink, SinkHealth
+from router.instances.pool import BackendPool
+from router.learning.online import OnlineModel
+from router.learning.sinks import RecordQueue, RecordSink, SinkHealth
+from router.request.scorer_holder import ScorerHolder
 
 if TYPE_CHECKING:
-    from router.engine_load import GaugeScrapes
-    from router.replicas import ReplicaLink
+    from router.instances.engine_load import GaugeScrapes
+    from router.replicas.link import ReplicaLink
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
 RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
 ONLINE = web.AppKey("online", OnlineModel)
 PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
-# backend -> its gauge scrapes (router/engine_load.GaugeScrapes)
+# backend -> its gauge scrapes (router/instances/engine_load.GaugeScrapes)
 GAUGE_SCRAPES: web.AppKey[dict[str, GaugeScrapes]] = web.AppKey("gauge_scrapes")
 REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`
 # work that must finish even if its request is cancelled

@@ -40,9 +40,9 @@ APART = [
     # add-ons (metrics, dashboard): installed by the app, never called by the request path
     ("router.addons", ["router/addons/", "router/app.py"]),
     # who may read the operator pages: asked by the add-ons that serve them, not the API
-    ("router.admin", ["router/admin.py", "router/addons/"]),
+    ("router.edge.admin", ["router/edge/admin.py", "router/addons/"]),
     # the HTTP server with its parser errors shaped: run by `serve` only
-    ("router.httpserver", ["router/httpserver.py", "router/serve.py"]),
+    ("router.edge.httpserver", ["router/edge/httpserver.py", "router/serve.py"]),
     # training and the corpus builder (scikit-learn, downloads): never on the request path
     ("classifiers.training", ["classifiers/training/", "classifiers/commands.py"]),
     # building llama.cpp and the simulated engine: not the engine adapters
@@ -59,12 +59,12 @@ PURE = [
     "policies/learner/routemodel.py", "policies/policyfile/machine.py",
     "policies/decision/sessions.py", "policies/policyfile/rewrite.py",
     "policies/policyfile/pools.py", "policies/decision/route.py", "policies/learner/arms.py",
-    "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/paths.py",
+    "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/edge/paths.py",
     "policies/learner/pace.py", "policies/decision/pins.py", "policies/decision/ask.py",
-    "policies/policyfile/words.py", "router/json_body.py", "router/upstream_body.py",
-    "router/routing.py", "classifiers/text.py", "classifiers/memos.py",
+    "policies/policyfile/words.py", "router/request/json_body.py", "router/request/upstream_body.py",
+    "router/request/routing.py", "classifiers/text.py", "classifiers/memos.py",
     "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
-    "router/contention.py", "classifiers/copying.py",
+    "router/replicas/contention.py", "classifiers/copying.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",

@@ -37,8 +37,8 @@ from decisionlog.summary import (
 )
 from policies import arm_rows
 from router.addons.addon import Addon
-from router.admin import guard_admin, is_loopback
-from router.online import model_status
+from router.edge.admin import guard_admin, is_loopback
+from router.learning.online import model_status
 from router.state import DEPS, ONLINE, POOL
 
 STATIC_DIR: Final = Path(__file__).with_name("static")

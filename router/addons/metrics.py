@@ -28,8 +28,8 @@ from decisionlog.summary import (
     record_tps,
 )
 from router.addons.addon import Addon
-from router.admin import guard_admin
-from router.online import model_status
+from router.edge.admin import guard_admin
+from router.learning.online import model_status
 from router.state import DEPS, GAUGE_SCRAPES, ONLINE, POLICY, POOL, REPLICAS, SUPERVISOR
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
@@ -110,14 +110,14 @@ class Metrics:
             ["backend"], namespace=ns, registry=reg)
         self.collision_risk = Gauge(
             "replica_collision_risk", "The learned chance that a request sent to an instance that "
-            "looked free meets another replica's, sent there as blind (router/contention)",
+            "looked free meets another replica's, sent there as blind (router/replicas/contention)",
             namespace=ns, registry=reg)
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "
             "come back on the store's channel (recent highs)", namespace=ns, registry=reg)
         self.load_direct = Gauge(
             "replica_load_direct", "Other replicas whose load this one hears on a stream from "
-            "them (router/peer_load), not through the store", namespace=ns, registry=reg)
+            "them (router/replicas/peer_load), not through the store", namespace=ns, registry=reg)
         self.passed_on = Counter(
             "replica_passed_on", "Requests this replica passed to the replica whose share held "
             "their instance: answered there, not taken (sent from here), or declined there (its "

@@ -1,6 +1,6 @@
 """One HTTP request as the picker sees it on Envoy's ext_proc stream: its headers and body in,
 the choice out; then its answer's headers and body passed through, observed on the way, and
-the same bookkeeping and decision-log record as in proxy mode (router/exchange).
+the same bookkeeping and decision-log record as in proxy mode (router/request/lifecycle).
 
 The request body comes in FULL_DUPLEX_STREAMED mode: it is buffered to its end (the decision
 needs all of it), then the headers' answer (the instances) and the body (as the engine must get
@@ -35,15 +35,16 @@ from backends.openai_error import error_body
 from backends.sse import SSESplitter, is_event_stream
 from backends.upstream import Target, engine_headers, withheld
 from router import state
+from router.edge.paths import MODELS, ROUTED, forwardable_path, refused_method
 from router.epp import messages
-from router.errors import (
+from router.request.errors import (
     RequestError,
     body_too_large,
     method_not_allowed,
     parse_error,
     unreadable_body,
 )
-from router.exchange import (
+from router.request.lifecycle import (
     Sending,
     models_listing,
     plan_for,
@@ -51,9 +52,8 @@ from router.exchange import (
     send_begins,
     settle_and_account,
 )
-from router.paths import MODELS, ROUTED, forwardable_path, refused_method
-from router.routing import RoutedRequest
-from router.upstream_body import upstream_body
+from router.request.routing import RoutedRequest
+from router.request.upstream_body import upstream_body
 
 Responses = list[ext_proc.ProcessingResponse]
 # The Content-Encodings aiohttp's parser undoes for the proxy; any other reaches it as sent.

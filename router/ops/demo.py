@@ -41,7 +41,7 @@ from decisionlog.records import RouteRecord
 from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
-from router.learning import learn_now
+from router.learning.relearn import learn_now
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
 from router.state import CONFIG, ONLINE, Deps

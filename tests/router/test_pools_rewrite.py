@@ -24,7 +24,7 @@ from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.learning import learn_now
+from router.learning.relearn import learn_now
 from router.state import ONLINE, Deps
 from tests.router.conftest import ListSink, ServerFactory
 

@@ -25,7 +25,7 @@ from router.addons.dashboard import (
     add_dashboard_routes,
     choose_bucket_s,
 )
-from router.online import model_status
+from router.learning.online import model_status
 from router.state import ONLINE
 from tests.router.conftest import ServerFactory, Stack, start_stack
 

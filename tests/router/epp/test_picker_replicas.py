@@ -20,7 +20,7 @@ from router.state import REPLICAS
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ServerFactory
 from tests.router.epp.test_picker import ORIGINAL_DST
-from tests.router.test_replicas import (
+from tests.router.replicas.test_replicas import (
     LONG_TURN,
     STORY,
     Fleet,
@@ -31,7 +31,7 @@ from tests.router.test_replicas import (
     replica,
     replica_config,
 )
-from tests.router.test_replicas import client as proxy_client
+from tests.router.replicas.test_replicas import client as proxy_client
 
 
 @contextlib.asynccontextmanager

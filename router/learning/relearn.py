@@ -1,0 +1,62 @@
+"""The background learner: every `learn.interval_s`, one pass over the whole decision log feeds
+every accumulator of the learner (the route model's evidence, the arms' sums, the per-class
+tables), and the one learned state is written next to the policy, where the store hot-reloads
+it (records written since reach the model and the arms online: router.learning.online).
+
+Learning reads the whole rotated log (bounded by `log.rotate_mb * log.keep`) and does
+arithmetic: it runs in a worker thread so that the event loop keeps relaying streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import structlog
+from aiohttp import web
+
+from decisionlog.readers import iter_log_records
+from decisionlog.records import ReadStats
+from policies import LearnedState, learn_to_file, observations
+from router.state import CONFIG, DEPS, POLICY
+
+log = structlog.get_logger("specroute")
+
+
+def learn_now(app: web.Application, now: datetime) -> LearnedState:
+    """Learn from the decision log under the policy in force: one pass, one learned state,
+    written atomically next to the policy (for `policy explain`, other processes and restarts)
+    and put in force at once."""
+    store = app[POLICY]
+    read = ReadStats()
+    records = iter_log_records([app[CONFIG].log.path], read)
+    state = learn_to_file(observations(records), store.policy, store.learned_path,
+                          created=now.isoformat())
+    store.put_learned(state, app[DEPS].clock())  # in force now, not read back from the file
+    log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
+             log_read=read.summary(), mtp_outcomes=state.evidence.n_speculating,
+             plain_outcomes=state.evidence.plain.n,
+             through=state.through, path=str(store.learned_path))
+    return state
+
+
+async def background_learner(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: the periodic learning task (off when `learn.interval_s` is 0)."""
+    interval = app[CONFIG].learn.interval_s
+    task = asyncio.create_task(_loop(app, interval)) if interval > 0 else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _loop(app: web.Application, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(learn_now, app, app[DEPS].wall_clock())
+        except (OSError, ValueError) as exc:  # an unreadable log: try again next time
+            log.warning("learn_failed", error=str(exc))
