@@ -44,9 +44,9 @@ APART = [
     # the HTTP server with its parser errors shaped: run by `serve` only
     ("router.edge.httpserver", ["router/edge/httpserver.py", "router/serve.py"]),
     # training and the corpus builder (scikit-learn, downloads): never on the request path
-    ("classifiers.training", ["classifiers/training/", "classifiers/commands.py"]),
+    ("classifiers.training", ["classifiers/training/", "classifiers/classifier_commands.py"]),
     # building llama.cpp and the simulated engine: not the engine adapters
-    ("backends.local", ["backends/local/", "backends/commands.py"]),
+    ("backends.local", ["backends/local/", "backends/backend_commands.py"]),
 ]
 # Modules that must stay pure: no network, no files, no clock (ARCHITECTURE.md "pure core").
 PURE = [
@@ -148,10 +148,10 @@ def test_each_room_of_policies_imports_only_what_it_may(room: str) -> None:
 
 
 def test_router_uses_policies_through_its_public_surface() -> None:
-    """`policies/__init__` names what `router/` may use; the CLI also starts `policies.commands`."""
+    """`policies/__init__` names what `router/` may use; the CLI also starts `policies.policy_commands`."""
     offenders = {
         _relative(path): sorted(m for m in _modules(path) if m.startswith("policies.")
-                                and not m.startswith("policies.commands")
+                                and not m.startswith("policies.policy_commands")
                                 and m.removeprefix("policies.") not in POLICIES_SURFACE)
         for path in _sources("router")
     }
@@ -163,7 +163,7 @@ def test_the_rules_see_every_import() -> None:
     """The checks above would pass vacuously on a parser that found nothing."""
     app = _modules(ROOT / "router" / "app.py")
     assert {"router.state", "decisionlog.writer"} <= app
-    assert "router.ops.commands" in _modules(ROOT / "router" / "cli.py")
+    assert "router.ops.ops_commands" in _modules(ROOT / "router" / "cli.py")
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from decisionlog.records import Outcome, RouteRecord, to_json
-from policies.commands import register
 from policies.learner.learn import Observation
 from policies.learner.learned import from_json
+from policies.policy_commands import register
 from policies.store import DEFAULT_POLICY, learned_path_for
 from tests.policies import synthetic
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from backends.commands import state_path
+from backends.backend_commands import state_path
 from tests.backends.test_supervisor import REPO, alive, fake_spec
 
 

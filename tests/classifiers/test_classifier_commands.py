@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from classifiers.commands import register
+from classifiers.classifier_commands import register
 
 
 def _parser() -> argparse.ArgumentParser:
