@@ -32,12 +32,12 @@ from router.instances.pool import BackendPool
 from router.instances.supervision import supervise
 from router.learning.online import OnlineModel
 from router.learning.relearn import background_learner
+from router.learning.scorer_holder import ScorerHolder
 from router.learning.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
 from router.replicas import peer_load
 from router.replicas.link import replica_id, replicas
 from router.replicas.peer_load import peer_streams
 from router.request.errors import openai_errors
-from router.request.scorer_holder import ScorerHolder
 from router.state import (
     ASK_MEMO,
     CONFIG,

@@ -23,8 +23,8 @@ from policies import PolicyStore, SessionTable
 from router.config import Config
 from router.instances.pool import BackendPool
 from router.learning.online import OnlineModel
+from router.learning.scorer_holder import ScorerHolder
 from router.learning.sinks import RecordQueue, RecordSink, SinkHealth
-from router.request.scorer_holder import ScorerHolder
 
 if TYPE_CHECKING:
     from router.instances.engine_load import GaugeScrapes

@@ -110,7 +110,7 @@ class Metrics:
             ["backend"], namespace=ns, registry=reg)
         self.collision_risk = Gauge(
             "replica_collision_risk", "The learned chance that a request sent to an instance that "
-            "looked free meets another replica's, sent there as blind (router/replicas/contention)",
+            "looked free meets another replica's, sent there as blind (router/instances/contention)",
             namespace=ns, registry=reg)
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "

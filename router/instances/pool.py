@@ -17,7 +17,7 @@ gauge that stopped answering, no longer counts.
 
 Replicas that know each other split the instances into shares (`share_with`): each takes its own
 first among equals, and a free instance in another's share costs it the collision risk it has
-measured there (router/replicas/contention).
+measured there (router/instances/contention).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
 from policies import BackendState, queued_work
-from router.replicas.contention import Contention, ranks, share
+from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
 # price of a request someone else put there (its own prediction is not known here).

@@ -6,8 +6,8 @@ import pytest
 
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
+from router.instances.contention import Contention
 from router.instances.pool import BackendPool
-from router.replicas.contention import Contention
 
 
 def _pool() -> BackendPool:

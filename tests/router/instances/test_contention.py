@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.replicas.contention import HORIZON, Contention, ranks, share
+from router.instances.contention import HORIZON, Contention, ranks, share
 
 NAMES = ["mtp-0", "plain-0", "mtp-1", "plain-1"]
 PROFILES = ["mtp", "plain", "mtp", "plain"]

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from classifiers.model import DEFAULT_ARTIFACT
-from router.request.scorer_holder import ScorerHolder
+from router.learning.scorer_holder import ScorerHolder
 
 
 def _replace(path: Path, source: Path | None = None, data: bytes = b"") -> None:
