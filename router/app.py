@@ -28,12 +28,19 @@ from router.config import Config
 from router.edge import handlers
 from router.instances.engine_load import engine_gauges
 from router.instances.pace_probe import measured_notes, probe_records
-from router.instances.pool import BackendPool
+from router.instances.pool import POOL, BackendPool
 from router.instances.supervision import supervise
-from router.learning.online import OnlineModel
+from router.learning.online import ONLINE, OnlineModel
 from router.learning.relearn import background_learner
-from router.learning.scorer_holder import ScorerHolder
-from router.learning.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
+from router.learning.scorer_holder import SCORER, ScorerHolder
+from router.learning.sinks import (
+    RECORDS,
+    SINK_HEALTH,
+    SINKS,
+    RecordQueue,
+    SinkHealth,
+    write_batch,
+)
 from router.replicas import peer_load
 from router.replicas.link import replica_id, replicas
 from router.replicas.peer_load import peer_streams
@@ -42,20 +49,16 @@ from router.state import (
     ASK_MEMO,
     CONFIG,
     DEPS,
-    ONLINE,
     POLICY,
-    POOL,
     PROBE,
-    RECORDS,
-    SCORER,
     SESSION,
     SESSIONS,
-    SINK_HEALTH,
-    SINKS,
     TASKS,
     TOKENS,
     TOOLS_MEMO,
+    TURN_SHARERS,
     Deps,
+    RecordSink,
 )
 
 log = structlog.get_logger("specroute")
@@ -86,6 +89,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     sinks: list[RecordSink] = [online]
     app[SINKS] = sinks
     app[TASKS] = set()
+    app[TURN_SHARERS] = []
     app[TOOLS_MEMO] = ToolsMemo()
     app[ASK_MEMO] = AskMemo()
     app.cleanup_ctx.append(_client_session)

@@ -1,4 +1,8 @@
-"""The app's state: typed keys, injected dependencies, and the holders they point to."""
+"""The app's injected dependencies (`Deps`) and the keys of what the app holds that no room of
+`router/` owns: the config, the policy store, the conversations, the HTTP client session, the
+tokenizer, the memos, the supervisor and the probe's answers. A holder of `router/`'s own keeps
+its key beside it (`instances.pool.POOL`, `learning.online.ONLINE`, ...), so this module
+imports no room of `router/` and every room may import it."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -19,16 +23,15 @@ from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from classifiers.scorer import Scorer
+from decisionlog.records import RouteRecord
 from policies import PolicyStore, SessionTable
 from router.config import Config
-from router.instances.pool import BackendPool
-from router.learning.online import OnlineModel
-from router.learning.scorer_holder import ScorerHolder
-from router.learning.sinks import RecordQueue, RecordSink, SinkHealth
 
-if TYPE_CHECKING:
-    from router.instances.engine_load import GaugeScrapes
-    from router.replicas.link import ReplicaLink
+
+class RecordSink(Protocol):
+    """Takes each finished request's record (router/learning/sinks hands them over)."""
+
+    def write_record(self, record: RouteRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -58,22 +61,17 @@ def request_ids() -> Callable[[], str]:
 
 CONFIG = web.AppKey("config", Config)
 DEPS = web.AppKey("deps", Deps)
-POOL = web.AppKey("pool", BackendPool)
-SCORER = web.AppKey("scorer", ScorerHolder)
 POLICY = web.AppKey("policy", PolicyStore)
 SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
-SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 ASK_MEMO = web.AppKey("ask_memo", AskMemo)
-SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
-RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
-ONLINE = web.AppKey("online", OnlineModel)
 PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
-# backend -> its gauge scrapes (router/instances/engine_load.GaugeScrapes)
-GAUGE_SCRAPES: web.AppKey[dict[str, GaugeScrapes]] = web.AppKey("gauge_scrapes")
-REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`
+# Told of each served turn (conversation, instance, profile, prompt tokens) after the session
+# table: the replicas' shared stream when `replicas.store` is set (router/replicas/link).
+TurnSharer = Callable[[str, str, str, int], None]
+TURN_SHARERS = web.AppKey("turn_sharers", list[TurnSharer])
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 
 from decisionlog.records import RouteRecord
-from router.state import SINKS
+from router.learning.sinks import SINKS
 
 
 class Addon:

@@ -22,8 +22,11 @@ from backends.upstream import ForwardOptions, ForwardResult, forward
 from router import state
 from router.edge.openapi import openapi_document
 from router.edge.paths import ALLOWED_METHODS, MODELS, ROUTED, forwardable_path
-from router.learning.online import pace_status
+from router.instances.pool import POOL
+from router.learning.online import ONLINE, pace_status
+from router.learning.sinks import SINK_HEALTH
 from router.replicas import peers
+from router.replicas.link import REPLICAS
 from router.request.errors import RequestError, method_not_allowed, unreadable_body
 from router.request.lifecycle import (
     models_listing,
@@ -80,12 +83,12 @@ def _routed_handler(endpoint: str) -> Any:
 
 async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     app = request.app
-    deps, pool = app[state.DEPS], app[state.POOL]
+    deps, pool = app[state.DEPS], app[POOL]
     started = deps.clock()
     raw = await read_body(request)
     plan = plan_for(app, endpoint, raw, request.headers, started)
     primary = plan.decision.backend
-    if primary and app.get(state.REPLICAS) is not None:
+    if primary and app.get(REPLICAS) is not None:
         passed = await _through_owner(request, endpoint, raw, plan, started)
         if isinstance(passed, web.StreamResponse):
             return passed
@@ -134,7 +137,7 @@ async def _through_owner(request: web.Request, endpoint: str, raw: bytes, plan: 
     or the plan to send from here (not passed on, the owner away, or declining: then planned
     again outside its share); a request passed here for its sender's share is declined."""
     app = request.app
-    pool, link = app[state.POOL], app[state.REPLICAS]
+    pool, link = app[POOL], app[REPLICAS]
     owner = pool.owner(plan.decision.backend)
     if peers.declines(request.headers.get(peers.VIA, ""), owner):
         return peers.declined_response(link.replica)
@@ -158,7 +161,7 @@ def _outside_share(app: web.Application, endpoint: str, raw: bytes, request: web
     """The plan again, among the instances outside `owner`'s share (it declined: its share is
     busy), its instances still last in the failover order; the first plan when nothing
     outside it is healthy."""
-    pool = app[state.POOL]
+    pool = app[POOL]
     outside = [name for name in pool.names if pool.owner(name) != owner]
     again = plan_for(app, endpoint, raw, request.headers, app[state.DEPS].clock(), among=outside)
     if not again.decision.backend:
@@ -179,7 +182,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if path is None:
         raise RequestError(404, "Unknown path.", code="not_found")
     app = request.app
-    deps, pool, config = app[state.DEPS], app[state.POOL], app[state.CONFIG]
+    deps, pool, config = app[state.DEPS], app[POOL], app[state.CONFIG]
     started = deps.clock()
     order = pool.default_order(config.default_backend_name, started)
     body = await read_body(request) if request.can_read_body else None
@@ -205,7 +208,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 def _store_status(app: web.Application) -> dict[str, Any]:
     """The shared store's state (router/replicas/link); `off` for one process."""
-    link = app.get(state.REPLICAS)
+    link = app.get(REPLICAS)
     if link is None:
         return {"state": "off"}
     return {**link.health.describe(), "load_direct": sorted(link.direct)}
@@ -229,12 +232,12 @@ async def readyz(request: web.Request) -> web.Response:
         with contextlib.suppress(TimeoutError):  # a hung probe: report what is known
             await asyncio.wait_for(supervisor.refresh(READYZ_MAX_AGE_S), READYZ_WAIT_S)
     now = app[state.DEPS].clock()
-    pool = app[state.POOL]
+    pool = app[POOL]
     ready = pool.any_healthy(now)
     return web.json_response(
         {"ready": ready, "backends": _probed(pool.describe(now), app.get(state.PROBE)),
-         "record_sinks": app[state.SINK_HEALTH].describe(),
-         "route_model": pace_status(app[state.ONLINE].model,
+         "record_sinks": app[SINK_HEALTH].describe(),
+         "route_model": pace_status(app[ONLINE].model,
                                     {b.spec_key for b in app[state.CONFIG].backends}),
          "store": _store_status(app)},
         status=200 if ready else 503,

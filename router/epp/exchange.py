@@ -37,6 +37,7 @@ from backends.upstream import Target, engine_headers, withheld
 from router import state
 from router.edge.paths import MODELS, ROUTED, forwardable_path, refused_method
 from router.epp import messages
+from router.instances.pool import POOL
 from router.request.errors import (
     RequestError,
     body_too_large,
@@ -155,7 +156,7 @@ class Exchange:
                             among=self._allowed())
         except RequestError as exc:
             return self._refuse(exc)
-        pool = app[state.POOL]
+        pool = app[POOL]
         primary = plan.decision.backend
         if not primary:
             return self._refuse(RequestError(503, "No healthy instance can serve the request.",
@@ -177,7 +178,7 @@ class Exchange:
         """The instances the gateway's subset hint names (None: no hint, any instance)."""
         if self.subset is None:
             return None
-        pool = self.app[state.POOL]
+        pool = self.app[POOL]
         return [name for name in pool.names
                 if endpoint_of(pool.runtime(name).spec.base_url) in self.subset]
 
@@ -191,7 +192,7 @@ class Exchange:
 
     def _to_default(self) -> ext_proc.ProcessingResponse:
         app = self.app
-        pool, config = app[state.POOL], app[state.CONFIG]
+        pool, config = app[POOL], app[state.CONFIG]
         if forwardable_path(self.path) is None:
             self.done = True
             return _error(RequestError(404, "Unknown path.", code="not_found"))
@@ -309,7 +310,7 @@ class Exchange:
             return
         if cut_short:
             sending.result.client_disconnected = True
-        self.app[state.POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
+        self.app[POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
         await settle_and_account(self.app, plan, sending, self.started)
 
 

@@ -24,7 +24,8 @@ from backends.engines import adapter_for
 from backends.gauges import EngineLoad, has_gauges, parse_gauges
 from backends.spec import BackendSpec
 from router.config import LoadConfig
-from router.state import CONFIG, DEPS, GAUGE_SCRAPES, POOL, SESSION
+from router.instances.pool import POOL
+from router.state import CONFIG, DEPS, SESSION
 
 log = structlog.get_logger("specroute")
 
@@ -36,6 +37,10 @@ class GaugeScrapes:
     ok: int = 0
     dropped: int = 0
     last_error: str = ""
+
+
+# backend -> its gauge scrapes, for /metrics and /readyz
+GAUGE_SCRAPES: web.AppKey[dict[str, GaugeScrapes]] = web.AppKey("gauge_scrapes")
 
 
 def scraped(spec: BackendSpec) -> bool:

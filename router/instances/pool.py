@@ -27,6 +27,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
+from aiohttp import web
+
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
@@ -382,3 +384,6 @@ def _seen(seen: list[float], count: int, now: float) -> None:
     them in turn), new ones are seen from now."""
     del seen[:max(0, len(seen) - count)]
     seen.extend([now] * (count - len(seen)))
+
+
+POOL = web.AppKey("pool", BackendPool)

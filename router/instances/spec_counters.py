@@ -18,7 +18,8 @@ from backends.capability import scrape_metrics
 from backends.engines import EngineAdapter, adapter_for
 from backends.measure import StreamMeter
 from backends.stats import Samples, counter_delta, merge
-from router.state import POOL, SESSION
+from router.instances.pool import POOL
+from router.state import SESSION
 
 SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 # Engines whose responses carry their own draft stats: no need to scrape around requests.

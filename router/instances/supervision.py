@@ -14,7 +14,8 @@ from aiohttp import web
 
 from backends.capability import capability_probe
 from backends.supervisor import Supervisor, SupervisorSettings
-from router.state import CONFIG, POOL, PROBE, SESSION, SUPERVISOR
+from router.instances.pool import POOL
+from router.state import CONFIG, PROBE, SESSION, SUPERVISOR
 
 log = structlog.get_logger("specroute")
 

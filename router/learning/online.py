@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
+from aiohttp import web
+
 from classifiers.scores import CLASSES
 from decisionlog.records import RouteRecord
 from policies import (
@@ -252,3 +254,6 @@ def pace_status(model: RouteModel, configs: Iterable[str] = ()) -> dict[str, Any
     notes = [note for note in (prior_note(model.prior, p) for p in measured) if note]
     return {"prior": model.prior.name, "pace": {p.profile: p.as_dict() for p in measured},
             "prior_notes": notes}
+
+
+ONLINE = web.AppKey("online", OnlineModel)

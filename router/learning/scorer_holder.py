@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import structlog
+from aiohttp import web
 
 from classifiers.scorer import Scorer, load_scorer
 from fileio.reload import Reloader
@@ -41,3 +42,6 @@ class ScorerHolder:
         self.reloads_ok += 1
         log.info("classifier_reloaded", path=self.path, artifact=self.current.name)
         return True
+
+
+SCORER = web.AppKey("scorer", ScorerHolder)

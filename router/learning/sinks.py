@@ -15,18 +15,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
+from aiohttp import web
 
 from decisionlog.records import RouteRecord
+from router.state import RecordSink
 
 log = structlog.get_logger("specroute")
 ERROR_CAP = 300  # characters of an exception message kept for the report
-
-
-class RecordSink(Protocol):
-    def write_record(self, record: RouteRecord) -> None: ...
 
 
 @dataclass
@@ -144,3 +142,8 @@ class RecordQueue:
                 self._health.failed("record", exc)
         if records:
             write_batch(self._sinks, records, self._health)
+
+
+SINKS = web.AppKey("sinks", list[RecordSink])  # in order: the decision log first
+SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
+RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due

@@ -41,10 +41,11 @@ from decisionlog.records import RouteRecord
 from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
+from router.learning.online import ONLINE
 from router.learning.relearn import learn_now
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
-from router.state import CONFIG, ONLINE, Deps
+from router.state import CONFIG, Deps
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
 # model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%); an edit's reply is

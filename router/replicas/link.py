@@ -43,9 +43,10 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
-from router.instances.pool import ReplicaLoad
+from router.instances.pool import POOL, ReplicaLoad
+from router.learning.online import ONLINE
 from router.replicas.peers import PassedOn
-from router.state import CONFIG, DEPS, ONLINE, POLICY, POOL, REPLICAS, SESSIONS
+from router.state import CONFIG, DEPS, POLICY, SESSIONS, TURN_SHARERS
 
 log = structlog.get_logger("specroute")
 
@@ -453,6 +454,7 @@ async def replicas(app: web.Application) -> AsyncIterator[None]:
                        config.replicas.timeout_s, clock=app[DEPS].clock)
     link.url = config.replicas.url
     app[REPLICAS] = link
+    app[TURN_SHARERS].append(link.share_turn)
     app[POOL].share_with(link.replica)
     loops = [_sums_loop(app, link), _turns_loop(app, link),
              link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
@@ -544,3 +546,6 @@ def _turn_applier(app: web.Application) -> TurnApplier:
                               deps.clock() - age_s)
 
     return apply
+
+
+REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`

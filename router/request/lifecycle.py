@@ -22,6 +22,10 @@ from backends.measure import StreamMeter
 from backends.upstream import ForwardResult
 from router import state
 from router.instances import spec_counters
+from router.instances.pool import POOL
+from router.learning.online import ONLINE
+from router.learning.scorer_holder import SCORER
+from router.learning.sinks import RECORDS
 from router.request.errors import RequestError
 from router.request.log_record import CONTENT_CAP, record_for
 from router.request.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
@@ -33,8 +37,8 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
              started: float, among: Collection[str] | None = None) -> RoutedRequest:
     """The routing plan for one request, from the app's state now; raises `RequestError`.
     `among`: the only instances it may go to (a gateway's subset), none outside them."""
-    deps, pool, sessions, online = (app[state.DEPS], app[state.POOL], app[state.SESSIONS],
-                                    app[state.ONLINE])
+    deps, pool, sessions, online = (app[state.DEPS], app[POOL], app[state.SESSIONS],
+                                    app[ONLINE])
     backends = pool.states(started)
     if among is not None:
         backends = [b for b in backends if b.name in among]
@@ -47,7 +51,7 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
     return plan_request(incoming, RoutingInputs(
         policy=snapshot.policy,
         model=online.model,
-        scorer=app[state.SCORER].current,
+        scorer=app[SCORER].current,
         count_tokens=app[state.TOKENS],
         backends=backends,
         draw=deps.random() if deps.explore else None,
@@ -77,7 +81,7 @@ async def send_begins(app: web.Application, plan: RoutedRequest, started: float)
                 else None)
     keep = CONTENT_CAP if app[state.CONFIG].log.content else 0
     result = ForwardResult(meter=StreamMeter(started_at=started, text_cap=keep))
-    ticket = app[state.POOL].begin(primary, plan.decision.service_ms, started)
+    ticket = app[POOL].begin(primary, plan.decision.service_ms, started)
     return Sending(result, ticket, counters)
 
 
@@ -100,7 +104,7 @@ def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
             started: float) -> None:
     """After the answer: the instances that failed, the conversation's new home (here and, with
     replicas, for the others), and the record, queued to be written with the next batch."""
-    deps, pool = app[state.DEPS], app[state.POOL]
+    deps, pool = app[state.DEPS], app[POOL]
     now = deps.clock()
     for name in result.failover_from:
         pool.mark_failed(name, now, result.error or "failed")
@@ -110,12 +114,11 @@ def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
             prompt_tokens = result.meter.report.prompt_tokens or plan.features.prompt_tokens
             app[state.SESSIONS].remember(plan.conversation, result.backend, result.profile,
                                          prompt_tokens, now)
-            link = app.get(state.REPLICAS)
-            if link is not None:  # the next turn may reach another replica
-                link.share_turn(plan.conversation, result.backend, result.profile, prompt_tokens)
+            for share in app[state.TURN_SHARERS]:  # the next turn may reach another replica
+                share(plan.conversation, result.backend, result.profile, prompt_tokens)
     # The record is built and written with the others that finish within the next few ms
     # (router/learning/sinks.RecordQueue): the answer has left already.
-    app[state.RECORDS].put(functools.partial(
+    app[RECORDS].put(functools.partial(
         record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
         log_content=app[state.CONFIG].log.content,
     ))
@@ -151,7 +154,7 @@ async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> No
 async def models_listing(app: web.Application) -> dict[str, Any]:
     """`GET /v1/models`: the union of the healthy instances' models, first seen wins, no
     duplicates; a 502 `RequestError` when none answered."""
-    pool, session = app[state.POOL], app[state.SESSION]
+    pool, session = app[POOL], app[state.SESSION]
     now = app[state.DEPS].clock()
     targets = pool.targets([s.name for s in pool.states(now) if s.healthy])
     listings = await asyncio.gather(*(_list_models(session, t.base_url, t.api_key) for t in targets))

@@ -24,8 +24,9 @@ from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
 from router.config import Config, Limits, LogConfig, SupervisorConfig
+from router.learning.online import ONLINE
 from router.learning.relearn import learn_now
-from router.state import ONLINE, Deps
+from router.state import Deps
 from tests.router.conftest import ListSink, ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]

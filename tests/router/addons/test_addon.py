@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from backends.local.simulator import SimState
 from decisionlog.records import RouteRecord
 from router.addons.addon import Addon, install
-from router.state import SINKS
+from router.learning.sinks import SINKS
 from tests.decisionlog.examples import make_record
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH

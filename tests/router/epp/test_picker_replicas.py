@@ -16,7 +16,7 @@ from backends.local.cache import free_loopback_port
 from backends.local.envoy import render_config
 from backends.local.redisserver import RedisServer
 from router.epp.server import serve_grpc
-from router.state import REPLICAS
+from router.replicas.link import REPLICAS
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ServerFactory
 from tests.router.epp.test_picker import ORIGINAL_DST

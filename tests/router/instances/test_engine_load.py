@@ -11,8 +11,9 @@ import pytest
 
 from backends.local.simulator import SimState
 from router.config import LoadConfig
-from router.instances.engine_load import scrape_interval, scrape_once
-from router.state import DEPS, GAUGE_SCRAPES, POOL
+from router.instances.engine_load import GAUGE_SCRAPES, scrape_interval, scrape_once
+from router.instances.pool import POOL
+from router.state import DEPS
 from tests.router.conftest import ServerFactory, start_stack
 
 

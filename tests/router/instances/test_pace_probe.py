@@ -21,7 +21,7 @@ from policies.learner.routemodel import RouteEvidence, RouteModel
 from policies.policyfile.machine import GB10_DS4
 from policies.store import DEFAULT_POLICY
 from router.instances.pace_probe import PROBE_RULE, measured_notes, probe_records
-from router.state import ONLINE
+from router.learning.online import ONLINE
 from tests.router.conftest import ServerFactory, Stack, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 

@@ -9,8 +9,9 @@ import aiohttp
 
 from backends.local.simulator import SimState
 from router.app import reload_once
+from router.learning.online import ONLINE
 from router.learning.relearn import learn_now
-from router.state import ONLINE, POLICY
+from router.state import POLICY
 from tests.router.conftest import ServerFactory, gb10_policy, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 

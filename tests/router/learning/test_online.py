@@ -16,8 +16,8 @@ from policies.learner.observation import observation_from_record, request_inputs
 from policies.learner.speedup import Vector
 from policies.store import PolicyStore, learned_path_for, write_learned
 from router.config import DEFAULT_POLICY
+from router.instances.pool import POOL
 from router.learning.online import OnlineModel
-from router.state import POOL
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 

@@ -20,8 +20,10 @@ from aiohttp import web
 from backends.local.redisserver import RedisServer
 from router.app import create_app
 from router.config import LoadConfig
+from router.instances.pool import POOL
+from router.replicas.link import REPLICAS
 from router.replicas.peer_load import PATH, STREAMS
-from router.state import DEPS, POOL, REPLICAS, Deps
+from router.state import DEPS, Deps
 from tests.router.conftest import ListSink, ServerFactory
 from tests.router.replicas.test_replicas import (
     STORY,

@@ -21,8 +21,10 @@ from aiohttp import web
 
 from backends.local.redisserver import RedisServer
 from router.app import create_app
+from router.instances.pool import POOL
+from router.replicas.link import REPLICAS
 from router.replicas.peers import DECLINED, PEER_RETRY_S, VIA, PassedOn, declines, peer_for
-from router.state import DEPS, POOL, REPLICAS, Deps
+from router.state import DEPS, Deps
 from tests.router.conftest import ListSink, ServerFactory
 from tests.router.replicas.test_replicas import (
     STORY,

@@ -31,8 +31,10 @@ from policies import RouteModel, learn_arms, observations
 from policies.learner.routemodel import gather
 from router.app import create_app
 from router.config import Config, LoadConfig, LogConfig, ReplicasConfig, SupervisorConfig
-from router.replicas.link import sync_sums_once
-from router.state import DEPS, ONLINE, POLICY, POOL, REPLICAS, Deps
+from router.instances.pool import POOL
+from router.learning.online import ONLINE
+from router.replicas.link import REPLICAS, sync_sums_once
+from router.state import DEPS, POLICY, Deps
 from tests.router.conftest import ListSink, ServerFactory, gb10_policy
 
 ROOT = Path(__file__).resolve().parents[3]
