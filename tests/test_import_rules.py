@@ -30,9 +30,29 @@ ROOMS = {
     "policies/learner/": {"policies.policyfile", "policies.learner"},
     "policies/decision/": {"policies.policyfile", "policies.learner", "policies.decision"},
 }
+# The rooms of `router/`, from the floor up, and the rooms of `router/` each may import: the
+# config and the app's state at the bottom, then the learning loop and the instances, a
+# request's plan and record, the replicas, and the front ends and add-ons on top. The top level
+# only assembles the app (`ROUTER_TOP`).
+_BELOW_REQUEST = {"router.config", "router.state", "router.learning", "router.instances"}
+ROUTER_ROOMS = {
+    "router/state.py": {"router.config"},
+    "router/learning/": {"router.config", "router.state", "router.learning"},
+    "router/instances/": {"router.config", "router.state", "router.instances"},
+    "router/request/": _BELOW_REQUEST | {"router.request"},
+    "router/replicas/": _BELOW_REQUEST | {"router.request", "router.replicas"},
+    "router/edge/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge"},
+    "router/epp/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge",
+                                     "router.epp"},
+    "router/addons/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge",
+                                        "router.addons"},
+}
+ROUTER_TOP = {"__init__.py", "__main__.py", "app.py", "cli.py", "config.py", "serve.py",
+              "state.py"}
+ROOM_MAX_MODULES = 8  # a room past this is split by job
 # What `from policies import X` may name (the package's `__all__`, read from its source).
 POLICIES_SURFACE: set[str] = set()
-LEARNER_IO = {"policies.learner.armstore", "policies.store", "fileio"}
+LEARNER_IO = {"policies.store", "fileio"}
 # Parts of a package that the rest of it must not import: (the part, who may import it).
 APART = [
     # the operator's tools: only the CLI starts them
@@ -145,6 +165,30 @@ def test_each_room_of_policies_imports_only_what_it_may(room: str) -> None:
         if wrong:
             offenders[_relative(path)] = wrong
     assert offenders == {}, f"imports across the rooms of policies/: {offenders}"
+
+
+@pytest.mark.parametrize("room", sorted(ROUTER_ROOMS))
+def test_each_room_of_router_imports_only_the_rooms_below(room: str) -> None:
+    paths = [ROOT / room] if room.endswith(".py") else sorted((ROOT / room).rglob("*.py"))
+    offenders = {}
+    for path in paths:
+        rooms = {".".join(m.split(".")[:2]) for m in _modules(path)
+                 if m.startswith("router.")}
+        if wrong := sorted(rooms - ROUTER_ROOMS[room]):
+            offenders[_relative(path)] = wrong
+    assert offenders == {}, f"imports across the rooms of router/: {offenders}"
+
+
+def test_router_top_level_only_assembles_the_app() -> None:
+    top = {path.name for path in (ROOT / "router").glob("*.py")}
+    assert top - ROUTER_TOP == set(), "a module of router/'s top level belongs in a room"
+    rooms = {path.parent for path in (ROOT / "router").glob("*/*.py")}
+    assert {f"router/{room}/" for room in ("edge", "request", "instances", "learning",
+                                           "replicas")} <= {f"{_relative(r)}/" for r in rooms}
+    crowded = {_relative(room): n for room in rooms
+               if (n := len([p for p in room.glob("*.py") if p.name != "__init__.py"]))
+               > ROOM_MAX_MODULES}
+    assert crowded == {}, f"rooms of router/ past {ROOM_MAX_MODULES} modules: {crowded}"
 
 
 def test_router_uses_policies_through_its_public_surface() -> None:
