@@ -31,7 +31,7 @@ from router.instances.pace_probe import measured_notes, probe_records
 from router.instances.pool import POOL, BackendPool
 from router.instances.supervision import supervise
 from router.learning.online import ONLINE, OnlineModel
-from router.learning.relearn import background_learner
+from router.learning.relearn import LEARNER, Learner, background_learner
 from router.learning.scorer_holder import SCORER, ScorerHolder
 from router.learning.sinks import (
     RECORDS,
@@ -44,6 +44,7 @@ from router.learning.sinks import (
 from router.replicas import peer_load
 from router.replicas.link import replica_id, replicas
 from router.replicas.peer_load import peer_streams
+from router.request.core import CORE, Core
 from router.request.errors import openai_errors
 from router.state import (
     ASK_MEMO,
@@ -90,6 +91,7 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[SINKS] = sinks
     app[TASKS] = set()
     app[TURN_SHARERS] = []
+    app[LEARNER] = Learner(store, config.log.path, deps.clock)
     app[TOOLS_MEMO] = ToolsMemo()
     app[ASK_MEMO] = AskMemo()
     app.cleanup_ctx.append(_client_session)
@@ -109,6 +111,12 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     # A sink that fails is counted on /metrics as well as reported on /readyz.
     app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
     app[RECORDS] = RecordQueue(app[SINKS], app[SINK_HEALTH], interval_s=deps.record_interval_s)
+    app[CORE] = Core(
+        config=config, deps=deps, pool=app[POOL], policy=store, sessions=app[SESSIONS],
+        online=online, scorer=app[SCORER], count_tokens=app[TOKENS], tools_memo=app[TOOLS_MEMO],
+        ask_memo=app[ASK_MEMO], records=app[RECORDS], tasks=app[TASKS],
+        turn_sharers=app[TURN_SHARERS],
+    )
     return app
 
 

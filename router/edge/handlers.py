@@ -27,6 +27,7 @@ from router.learning.online import ONLINE, pace_status
 from router.learning.sinks import SINK_HEALTH
 from router.replicas import peers
 from router.replicas.link import REPLICAS
+from router.request.core import CORE
 from router.request.errors import RequestError, method_not_allowed, unreadable_body
 from router.request.lifecycle import (
     models_listing,
@@ -86,7 +87,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     deps, pool = app[state.DEPS], app[POOL]
     started = deps.clock()
     raw = await read_body(request)
-    plan = plan_for(app, endpoint, raw, request.headers, started)
+    plan = plan_for(app[CORE], endpoint, raw, request.headers, started)
     primary = plan.decision.backend
     if primary and app.get(REPLICAS) is not None:
         passed = await _through_owner(request, endpoint, raw, plan, started)
@@ -104,7 +105,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         strip_meta_info=tweaked.added_meta_info,
     )
     # Filled as the request goes: a client hanging up midway leaves a complete record so far.
-    sending = await send_begins(app, plan, started)
+    sending = await send_begins(app[CORE], app[state.SESSION], plan, started)
     result = sending.result
     ended = False
 
@@ -128,7 +129,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     finally:
         if not ended:
             pool.end(primary, sending.ticket, deps.clock())
-        await settle_and_account(app, plan, sending, started)
+        await settle_and_account(app[CORE], app[state.SESSION], plan, sending, started)
 
 
 async def _through_owner(request: web.Request, endpoint: str, raw: bytes, plan: RoutedRequest,
@@ -163,7 +164,8 @@ def _outside_share(app: web.Application, endpoint: str, raw: bytes, request: web
     outside it is healthy."""
     pool = app[POOL]
     outside = [name for name in pool.names if pool.owner(name) != owner]
-    again = plan_for(app, endpoint, raw, request.headers, app[state.DEPS].clock(), among=outside)
+    again = plan_for(app[CORE], endpoint, raw, request.headers, app[state.DEPS].clock(),
+                     among=outside)
     if not again.decision.backend:
         return plan
     return dataclasses.replace(
@@ -171,7 +173,7 @@ def _outside_share(app: web.Application, endpoint: str, raw: bytes, request: web
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response(await models_listing(request.app))
+    return web.json_response(await models_listing(request.app[CORE], request.app[state.SESSION]))
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:

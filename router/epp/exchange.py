@@ -38,6 +38,7 @@ from router import state
 from router.edge.paths import MODELS, ROUTED, forwardable_path, refused_method
 from router.epp import messages
 from router.instances.pool import POOL
+from router.request.core import CORE
 from router.request.errors import (
     RequestError,
     body_too_large,
@@ -152,7 +153,7 @@ class Exchange:
         try:
             raw = decoded_body(bytes(self.body), self.headers.get("content-encoding", ""),
                                app[state.CONFIG].limits.max_body_bytes)
-            plan = plan_for(app, self.endpoint, raw, self.headers, self.started,
+            plan = plan_for(app[CORE], self.endpoint, raw, self.headers, self.started,
                             among=self._allowed())
         except RequestError as exc:
             return self._refuse(exc)
@@ -164,7 +165,7 @@ class Exchange:
         spec = pool.runtime(primary).spec
         sent, tweaked = upstream_body(plan, raw, adapter_for(spec), self.path)
         self.added = Added(usage=tweaked.added_usage, meta_info=tweaked.added_meta_info)
-        sending = await send_begins(app, plan, self.started)
+        sending = await send_begins(app[CORE], app[state.SESSION], plan, self.started)
         self.named = pool.targets(plan.order if self.fallbacks else plan.order[:1])
         sending.result.trying(self.named[0])
         sending.result.sent_at = app[state.DEPS].clock()
@@ -213,7 +214,7 @@ class Exchange:
     async def _models(self) -> Responses:
         """`GET /v1/models` answered here, as the proxy answers it: every instance's list."""
         try:
-            listing = await models_listing(self.app)
+            listing = await models_listing(self.app[CORE], self.app[state.SESSION])
         except RequestError as exc:
             return self._refuse(exc)
         self.done = True
@@ -311,7 +312,8 @@ class Exchange:
         if cut_short:
             sending.result.client_disconnected = True
         self.app[POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
-        await settle_and_account(self.app, plan, sending, self.started)
+        await settle_and_account(self.app[CORE], self.app[state.SESSION], plan, sending,
+                                 self.started)
 
 
 def decoded_body(raw: bytes, content_encoding: str, limit: int) -> bytes:

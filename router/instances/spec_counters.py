@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import aiohttp
-from aiohttp import web
 
 from backends.capability import scrape_metrics
 from backends.engines import EngineAdapter, adapter_for
 from backends.measure import StreamMeter
 from backends.stats import Samples, counter_delta, merge
-from router.instances.pool import POOL
-from router.state import SESSION
+from router.instances.pool import BackendPool
 
 SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 # Engines whose responses carry their own draft stats: no need to scrape around requests.
@@ -34,9 +32,8 @@ class CounterWatch:
     ticket: int  # the instance's request count when we started
 
 
-def wanted(app: web.Application, backend: str) -> bool:
+def wanted(pool: BackendPool, backend: str) -> bool:
     """Whether `watch` would scrape: the engine keeps counters and the instance is idle."""
-    pool = app[POOL]
     if backend not in pool.names:
         return False
     runtime = pool.runtime(backend)
@@ -45,24 +42,26 @@ def wanted(app: web.Application, backend: str) -> bool:
     return adapter_for(runtime.spec).counters is not None and runtime.inflight == 0
 
 
-async def watch(app: web.Application, backend: str) -> CounterWatch | None:
+async def watch(pool: BackendPool, session: aiohttp.ClientSession,
+                backend: str) -> CounterWatch | None:
     """Scrape before sending; the caller asked `wanted` first (most requests need no scrape,
     and then no coroutine is made)."""
-    runtime = app[POOL].runtime(backend)
+    runtime = pool.runtime(backend)
     adapter = adapter_for(runtime.spec)
-    before = await scrape_metrics(runtime.spec, adapter, app[SESSION], SCRAPE_TIMEOUT)
+    before = await scrape_metrics(runtime.spec, adapter, session, SCRAPE_TIMEOUT)
     if before is None:
         return None
     return CounterWatch(backend, adapter, before, runtime.started)
 
 
-async def settle(app: web.Application, taken: CounterWatch, served_by: str, meter: StreamMeter) -> None:
+async def settle(pool: BackendPool, session: aiohttp.ClientSession, taken: CounterWatch,
+                 served_by: str, meter: StreamMeter) -> None:
     """Fold the counter delta into `meter` when it can only be this request's."""
     if served_by != taken.backend or meter.report.draft_n is not None or taken.adapter.counters is None:
         return
-    runtime = app[POOL].runtime(taken.backend)
+    runtime = pool.runtime(taken.backend)
     if runtime.inflight > 0 or runtime.started != taken.ticket + 1:
         return  # another request ran there too: the delta is not ours alone
-    after = await scrape_metrics(runtime.spec, taken.adapter, app[SESSION], SCRAPE_TIMEOUT)
+    after = await scrape_metrics(runtime.spec, taken.adapter, session, SCRAPE_TIMEOUT)
     if after is not None:
         meter.report = merge(meter.report, counter_delta(taken.before, after, taken.adapter.counters))

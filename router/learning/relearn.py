@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
@@ -19,33 +20,46 @@ from aiohttp import web
 
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats
-from policies import LearnedState, learn_to_file, observations
-from router.state import CONFIG, DEPS, POLICY
+from policies import LearnedState, PolicyStore, learn_to_file, observations
+from router.state import CONFIG, DEPS
 
 log = structlog.get_logger("specroute")
 
 
-def learn_now(app: web.Application, now: datetime) -> LearnedState:
-    """Learn from the decision log under the policy in force: one pass, one learned state,
-    written atomically next to the policy (for `policy explain`, other processes and restarts)
-    and put in force at once."""
-    store = app[POLICY]
-    read = ReadStats()
-    records = iter_log_records([app[CONFIG].log.path], read)
-    state = learn_to_file(observations(records), store.policy, store.learned_path,
-                          created=now.isoformat())
-    store.put_learned(state, app[DEPS].clock())  # in force now, not read back from the file
-    log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
-             log_read=read.summary(), mtp_outcomes=state.evidence.n_speculating,
-             plain_outcomes=state.evidence.plain.n,
-             through=state.through, path=str(store.learned_path))
-    return state
+@dataclass(frozen=True, slots=True)
+class Learner:
+    """What a pass over the log needs, handed over once by `create_app`: the policy store it
+    learns under and puts the result in, the log it reads, the clock that stamps it in force."""
+
+    store: PolicyStore
+    log_path: str
+    clock: Callable[[], float]
+
+    def learn_now(self, now: datetime) -> LearnedState:
+        """Learn from the decision log under the policy in force: one pass, one learned state,
+        written atomically next to the policy (for `policy explain`, other processes and
+        restarts) and put in force at once."""
+        store = self.store
+        read = ReadStats()
+        records = iter_log_records([self.log_path], read)
+        state = learn_to_file(observations(records), store.policy, store.learned_path,
+                              created=now.isoformat())
+        store.put_learned(state, self.clock())  # in force now, not read back from the file
+        log.info("learned", observations=state.n_observations, skipped=state.n_skipped,
+                 log_read=read.summary(), mtp_outcomes=state.evidence.n_speculating,
+                 plain_outcomes=state.evidence.plain.n,
+                 through=state.through, path=str(store.learned_path))
+        return state
+
+
+LEARNER = web.AppKey("learner", Learner)
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: the periodic learning task (off when `learn.interval_s` is 0)."""
     interval = app[CONFIG].learn.interval_s
-    task = asyncio.create_task(_loop(app, interval)) if interval > 0 else None
+    task = (asyncio.create_task(_loop(app[LEARNER], app[DEPS].wall_clock, interval))
+            if interval > 0 else None)
     yield
     if task is not None:
         task.cancel()
@@ -53,10 +67,10 @@ async def background_learner(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
-async def _loop(app: web.Application, interval: float) -> None:
+async def _loop(learner: Learner, wall_clock: Callable[[], datetime], interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await asyncio.to_thread(learn_now, app, app[DEPS].wall_clock())
+            await asyncio.to_thread(learner.learn_now, wall_clock())
         except (OSError, ValueError) as exc:  # an unreadable log: try again next time
             log.warning("learn_failed", error=str(exc))

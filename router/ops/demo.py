@@ -42,7 +42,7 @@ from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
 from router.learning.online import ONLINE
-from router.learning.relearn import learn_now
+from router.learning.relearn import LEARNER
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
 from router.state import CONFIG, Deps
@@ -114,7 +114,7 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         items = requests_for(n, model=model, max_tokens=max_tokens, edit_tokens=edit_tokens)
         names = [spec.name for spec in specs]
         true_class = await _replay(base_url, items, names, f"measure the {len(names)} instances")
-        learn_now(app, datetime.now(UTC))
+        app[LEARNER].learn_now(datetime.now(UTC))
         reload_once(app)
         print("\n".join(describe_model(app[ONLINE].model)))
         true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")

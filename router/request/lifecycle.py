@@ -1,6 +1,6 @@
 """One routed request's two ends, shared by both front ends (the HTTP proxy, router/edge/handlers,
 and the Envoy endpoint picker, router/epp): the plan made from the request's bytes and headers
-against the app's state, its start on the way out (`send_begins`), and the bookkeeping once its
+against the app's core (`router.request.core`, handed in), its start on the way out (`send_begins`), and the bookkeeping once its
 answer has left (`settle_and_account`: the engine's counters, pool, conversations, the shared
 store, the record). One code path: a request gets the same decision and the same decision-log
 record whichever front end took it. And `GET /v1/models`, which both answer themselves.
@@ -16,16 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
-from aiohttp import web
 
 from backends.measure import StreamMeter
 from backends.upstream import ForwardResult
-from router import state
 from router.instances import spec_counters
-from router.instances.pool import POOL
-from router.learning.online import ONLINE
-from router.learning.scorer_holder import SCORER
-from router.learning.sinks import RECORDS
+from router.request.core import Core
 from router.request.errors import RequestError
 from router.request.log_record import CONTENT_CAP, record_for
 from router.request.routing import Incoming, RoutedRequest, RoutingInputs, plan_request
@@ -33,16 +28,15 @@ from router.request.routing import Incoming, RoutedRequest, RoutingInputs, plan_
 MODELS_TIMEOUT_S: Final = 10.0
 
 
-def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[str, str],
+def plan_for(core: Core, endpoint: str, raw: bytes, headers: Mapping[str, str],
              started: float, among: Collection[str] | None = None) -> RoutedRequest:
     """The routing plan for one request, from the app's state now; raises `RequestError`.
     `among`: the only instances it may go to (a gateway's subset), none outside them."""
-    deps, pool, sessions, online = (app[state.DEPS], app[POOL], app[state.SESSIONS],
-                                    app[ONLINE])
+    deps, pool, sessions, online = core.deps, core.pool, core.sessions, core.online
     backends = pool.states(started)
     if among is not None:
         backends = [b for b in backends if b.name in among]
-    snapshot = app[state.POLICY].snapshot
+    snapshot = core.policy.snapshot
     incoming = Incoming(
         endpoint, raw, request_id=deps.new_request_id(),
         header_route=headers.get("x-specroute-route"),
@@ -51,15 +45,15 @@ def plan_for(app: web.Application, endpoint: str, raw: bytes, headers: Mapping[s
     return plan_request(incoming, RoutingInputs(
         policy=snapshot.policy,
         model=online.model,
-        scorer=app[SCORER].current,
-        count_tokens=app[state.TOKENS],
+        scorer=core.scorer.current,
+        count_tokens=core.count_tokens,
         backends=backends,
         draw=deps.random() if deps.explore else None,
         held_for=lambda key: sessions.get(key, started),
         arms=online.arms,
         engine_of=lambda name: pool.runtime(name).spec.engine,
-        tools_memo=app[state.TOOLS_MEMO],
-        ask_memo=app[state.ASK_MEMO],
+        tools_memo=core.tools_memo,
+        ask_memo=core.ask_memo,
     ))
 
 
@@ -73,15 +67,16 @@ class Sending:
     counters: spec_counters.CounterWatch | None
 
 
-async def send_begins(app: web.Application, plan: RoutedRequest, started: float) -> Sending:
+async def send_begins(core: Core, session: aiohttp.ClientSession, plan: RoutedRequest,
+                      started: float) -> Sending:
     """The request leaves for its primary: the speculative counters of an idle mtp instance
     whose answers carry no draft stats read first (before this request counts as its work)."""
     primary = plan.decision.backend
-    counters = (await spec_counters.watch(app, primary) if spec_counters.wanted(app, primary)
-                else None)
-    keep = CONTENT_CAP if app[state.CONFIG].log.content else 0
+    counters = (await spec_counters.watch(core.pool, session, primary)
+                if spec_counters.wanted(core.pool, primary) else None)
+    keep = CONTENT_CAP if core.config.log.content else 0
     result = ForwardResult(meter=StreamMeter(started_at=started, text_cap=keep))
-    ticket = app[POOL].begin(primary, plan.decision.service_ms, started)
+    ticket = core.pool.begin(primary, plan.decision.service_ms, started)
     return Sending(result, ticket, counters)
 
 
@@ -100,11 +95,10 @@ def route_headers(plan: RoutedRequest, result: ForwardResult, started: float) ->
     }
 
 
-def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
-            started: float) -> None:
+def account(core: Core, plan: RoutedRequest, result: ForwardResult, started: float) -> None:
     """After the answer: the instances that failed, the conversation's new home (here and, with
     replicas, for the others), and the record, queued to be written with the next batch."""
-    deps, pool = app[state.DEPS], app[POOL]
+    deps, pool = core.deps, core.pool
     now = deps.clock()
     for name in result.failover_from:
         pool.mark_failed(name, now, result.error or "failed")
@@ -112,50 +106,50 @@ def account(app: web.Application, plan: RoutedRequest, result: ForwardResult,
         pool.mark_served(result.backend)
         if 200 <= result.status < 300 and not result.client_disconnected:
             prompt_tokens = result.meter.report.prompt_tokens or plan.features.prompt_tokens
-            app[state.SESSIONS].remember(plan.conversation, result.backend, result.profile,
+            core.sessions.remember(plan.conversation, result.backend, result.profile,
                                          prompt_tokens, now)
-            for share in app[state.TURN_SHARERS]:  # the next turn may reach another replica
+            for share in core.turn_sharers:  # the next turn may reach another replica
                 share(plan.conversation, result.backend, result.profile, prompt_tokens)
     # The record is built and written with the others that finish within the next few ms
     # (router/learning/sinks.RecordQueue): the answer has left already.
-    app[RECORDS].put(functools.partial(
+    core.records.put(functools.partial(
         record_for, plan, result, started=started, ended=now, ts=deps.wall_clock(),
-        log_content=app[state.CONFIG].log.content,
+        log_content=core.config.log.content,
     ))
 
 
-async def settle_and_account(app: web.Application, plan: RoutedRequest, sending: Sending,
-                             started: float) -> None:
+async def settle_and_account(core: Core, session: aiohttp.ClientSession, plan: RoutedRequest,
+                             sending: Sending, started: float) -> None:
     """`account`, after folding in the counters' difference when they were watched (an await:
     shielded, so that a client hanging up now loses no record)."""
     if sending.counters is None:
-        account(app, plan, sending.result, started)
+        account(core, plan, sending.result, started)
     else:
-        await _shielded(app, _settle(app, plan, sending, started, sending.counters))
+        await _shielded(core, _settle(core, session, plan, sending, started, sending.counters))
 
 
-async def _settle(app: web.Application, plan: RoutedRequest, sending: Sending, started: float,
-                  counters: spec_counters.CounterWatch) -> None:
+async def _settle(core: Core, session: aiohttp.ClientSession, plan: RoutedRequest,
+                  sending: Sending, started: float, counters: spec_counters.CounterWatch) -> None:
     result = sending.result
     if not result.client_disconnected:
-        await spec_counters.settle(app, counters, result.backend, result.meter)
-    account(app, plan, result, started)
+        await spec_counters.settle(core.pool, session, counters, result.backend, result.meter)
+    account(core, plan, result, started)
 
 
-async def _shielded(app: web.Application, work: Coroutine[Any, Any, None]) -> None:
+async def _shielded(core: Core, work: Coroutine[Any, Any, None]) -> None:
     """Run `work` to the end even if the caller is cancelled meanwhile."""
     task = asyncio.ensure_future(work)
-    pending = app[state.TASKS]
+    pending = core.tasks
     pending.add(task)
     task.add_done_callback(pending.discard)
     await asyncio.shield(task)
 
 
-async def models_listing(app: web.Application) -> dict[str, Any]:
+async def models_listing(core: Core, session: aiohttp.ClientSession) -> dict[str, Any]:
     """`GET /v1/models`: the union of the healthy instances' models, first seen wins, no
     duplicates; a 502 `RequestError` when none answered."""
-    pool, session = app[POOL], app[state.SESSION]
-    now = app[state.DEPS].clock()
+    pool = core.pool
+    now = core.deps.clock()
     targets = pool.targets([s.name for s in pool.states(now) if s.healthy])
     listings = await asyncio.gather(*(_list_models(session, t.base_url, t.api_key) for t in targets))
     merged: dict[str, dict[str, Any]] = {}

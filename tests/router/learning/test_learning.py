@@ -10,7 +10,7 @@ import aiohttp
 from backends.local.simulator import SimState
 from router.app import reload_once
 from router.learning.online import ONLINE
-from router.learning.relearn import learn_now
+from router.learning.relearn import LEARNER
 from router.state import POLICY
 from tests.router.conftest import ServerFactory, gb10_policy, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
@@ -41,7 +41,7 @@ async def test_learner_moves_a_class_to_plain_when_speculation_loses(
 
     await _send(stack.base_url, "mtp", 6)
     await _send(stack.base_url, "plain", 6)
-    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    state = stack.proxy.app[LEARNER].learn_now(datetime(2026, 1, 1, tzinfo=UTC))
     belief = state.beliefs["technical/en"]
     assert belief.trusted
     assert belief.speedup < 1.0
@@ -71,7 +71,7 @@ async def test_the_learners_state_is_in_force_at_once_without_reading_the_file_b
     await _send(stack.base_url, "mtp", 3)
     store = stack.proxy.app[POLICY]
     before = store.snapshot
-    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    state = stack.proxy.app[LEARNER].learn_now(datetime(2026, 1, 1, tzinfo=UTC))
     assert store.snapshot is not before and store.learned is state  # the same object
     assert store.reload_if_changed(now=1.0) is False  # the file it wrote counts as seen
     online = stack.proxy.app[ONLINE]
