@@ -42,7 +42,8 @@ from router.learning.sinks import (
     write_batch,
 )
 from router.replicas import peer_load
-from router.replicas.link import replica_id, replicas
+from router.replicas.link import replica_id
+from router.replicas.loops import replicas
 from router.replicas.peer_load import peer_streams
 from router.request.core import CORE, Core
 from router.request.errors import openai_errors

@@ -84,7 +84,7 @@ PURE = [
     "policies/policyfile/words.py", "router/request/json_body.py", "router/request/upstream_body.py",
     "router/request/routing.py", "classifiers/text.py", "classifiers/memos.py",
     "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
-    "router/instances/contention.py", "classifiers/copying.py",
+    "router/instances/contention.py", "classifiers/copying.py", "router/replicas/wire.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",

@@ -18,7 +18,9 @@ Keys, under `replicas.namespace` (`ns`):
   so that the next turn stays on the instance that holds its prefix whichever replica takes it.
   A stream rather than pub/sub: a replica that was away reads back the turns still live.
 
-Everything runs off the request path. A store that is down, slow or answering garbage fails
+This module is the link to the store (`ReplicaLink`); what it reads is checked in
+`router/replicas/wire`, and the loops that drive it while the app runs are
+`router/replicas/loops`. Everything runs off the request path. A store that is down, slow or answering garbage fails
 no request and delays none: each replica keeps the last sums it read, `/readyz` and `/metrics`
 say the store is failing, and the loops try again every interval, converging when it is back.
 """
@@ -30,9 +32,8 @@ import collections
 import contextlib
 import functools
 import json
-import math
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -43,10 +44,9 @@ from redis.exceptions import RedisError
 
 from policies import SharedSumsError, Sums, sums_from_json, sums_to_json, total_sums
 from router.config import Config
-from router.instances.pool import POOL, ReplicaLoad
-from router.learning.online import ONLINE
+from router.instances.pool import ReplicaLoad
 from router.replicas.peers import PassedOn
-from router.state import CONFIG, DEPS, POLICY, SESSIONS, TURN_SHARERS
+from router.replicas.wire import entry_ms, load_entry
 
 log = structlog.get_logger("specroute")
 
@@ -64,8 +64,6 @@ T = TypeVar("T")
 TurnApplier = Callable[[str, str, str, int, float], None]
 # (replica, its work)
 LoadApplier = Callable[[str, ReplicaLoad], None]
-# a published entry naming more requests on one instance than this is not believed
-MAX_PUBLISHED_REQUESTS: Final = 100_000
 # The channel's latency is followed at its recent highs: each echo of this replica's own
 # publication raises it at once, and it decays by this share per echo.
 LATENCY_DECAY: Final = 0.02
@@ -382,7 +380,7 @@ class ReplicaLink:
             entries: Any = await self._client.xrevrange(self._turns_key, count=TURNS_KEPT)
         now_ms = seconds * 1000 + micros // 1000
         for entry_id, fields in reversed(entries):
-            age_s = max(0.0, (now_ms - _entry_ms(entry_id)) / 1000.0)
+            age_s = max(0.0, (now_ms - entry_ms(entry_id)) / 1000.0)
             if age_s <= ttl_s:
                 self._apply_entry(fields, apply, age_s)
         return bytes(entries[0][0]) if entries else b"0-0"
@@ -399,153 +397,6 @@ class ReplicaLink:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.health.bad_entries += 1
             log.warning("store_conversation_unreadable", error=f"{type(exc).__name__}: {exc}")
-
-
-def _entry_ms(entry_id: Any) -> int:
-    """A stream entry's time (its id is `<ms>-<seq>`, from the store's clock)."""
-    try:
-        return int(bytes(entry_id).split(b"-", 1)[0])
-    except ValueError:
-        return 0
-
-
-def load_entry(value: Any) -> tuple[str, ReplicaLoad, str] | None:
-    """One replica's published work: its name, per instance (predicted ms, elapsed ms) per
-    request, and where it takes requests passed on ("" when it named no http(s) url); None for
-    anything else (the whole entry: a part of it would undercount)."""
-    try:
-        data = json.loads(value)
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("replica"), str):
-        return None
-    work = data.get("work")
-    if not isinstance(work, dict):
-        return None
-    parsed: ReplicaLoad = {}
-    for backend, running in work.items():
-        if not isinstance(running, list) or len(running) > MAX_PUBLISHED_REQUESTS:
-            return None
-        pairs = [_request(item) for item in running]
-        if any(pair is None for pair in pairs):
-            return None
-        parsed[str(backend)] = [pair for pair in pairs if pair is not None]
-    url = data.get("url")
-    peer = url if isinstance(url, str) and url.startswith(("http://", "https://")) else ""
-    return data["replica"], parsed, peer
-
-
-def _request(item: Any) -> tuple[float, float] | None:
-    if not isinstance(item, list) or len(item) != 2:
-        return None
-    if not all(isinstance(x, int | float) and not isinstance(x, bool)
-               and math.isfinite(x) and 0 <= x < 1e12 for x in item):
-        return None
-    return float(item[0]), float(item[1])
-
-
-async def replicas(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: the store's loops, when `replicas.store` is set."""
-    config = app[CONFIG]
-    if not config.replicas.store:
-        yield
-        return
-    link = ReplicaLink(config.replicas.store, replica_id(config), config.replicas.namespace,
-                       config.replicas.timeout_s, clock=app[DEPS].clock)
-    link.url = config.replicas.url
-    app[REPLICAS] = link
-    app[TURN_SHARERS].append(link.share_turn)
-    app[POOL].share_with(link.replica)
-    loops = [_sums_loop(app, link), _turns_loop(app, link),
-             link.follow_turns(_turn_applier(app), app[POLICY].policy.stickiness.ttl_s,
-                               config.replicas.sync_interval_s),
-             _load_loop(app, link),
-             link.follow_load(load_applier(app, link), config.replicas.load_interval_s,
-                              functools.partial(app[POOL].lost_others, keep=link.direct))]
-    tasks = [asyncio.create_task(loop) for loop in loops]
-    log.info("replica_sharing", replica=link.replica, namespace=config.replicas.namespace,
-             loops=len(tasks))
-    yield
-    for task in tasks:
-        task.cancel()
-    await asyncio.wait(tasks, timeout=2 * config.replicas.timeout_s + 1.0)
-    if link.health.restored:  # the last word: what this replica learned until it stopped
-        await link.publish_sums(app[ONLINE].own_sums())
-    await link.close()
-
-
-async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
-    """Restore (once), publish this replica's sums, add the others'."""
-    online = app[ONLINE]
-    if not link.health.restored and not await link.restore(online.restore_own):
-        return  # never publish before reading back what this replica published before
-    if not await link.publish_sums(online.own_sums()):
-        return
-    others = await link.others_sums()
-    if others is None:
-        return
-    online.set_others(others)
-    # also when no replica's work arrives; not while the store fails (returned above): the
-    # others are unheard then, not gone, and the shares last dealt still keep them apart
-    app[POOL].refresh_shares(app[DEPS].clock())
-
-
-async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
-    interval = app[CONFIG].replicas.sync_interval_s
-    while True:
-        await sync_sums_once(app, link)
-        await asyncio.sleep(interval)
-
-
-async def _load_loop(app: web.Application, link: ReplicaLink) -> None:
-    """Publish this replica's work as soon as it changes (what changes during one publish goes
-    in the next), and every `load_interval_s` anyway (its elapsed times, and its liveness);
-    only the latter while every other replica hears it on its stream (router/replicas/peer_load)."""
-    config, pool, deps = app[CONFIG], app[POOL], app[DEPS]
-    interval = config.replicas.load_interval_s
-    changed = asyncio.Event()
-    pool.watch(changed.set)
-    while True:
-        changed.clear()
-        if not await link.publish_load(pool.own_work(deps.clock()), config.load.max_age_s):
-            await asyncio.sleep(interval)  # a failing store is tried again, not hammered
-            continue
-        if link.heard_directly_by(pool.others()):
-            await asyncio.sleep(interval)  # each change went to them on their streams
-            continue
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(interval):
-                await changed.wait()
-
-
-def load_applier(app: web.Application, link: ReplicaLink) -> LoadApplier:
-    pool, deps = app[POOL], app[DEPS]
-
-    def apply(replica: str, work: ReplicaLoad) -> None:
-        # a request started within the channel's latency of one of ours could not know of it,
-        # nor ours of it: each way, once
-        pool.note_replica_work(replica, work, deps.clock(), blind_s=2 * link.channel_latency_s)
-
-    return apply
-
-
-async def _turns_loop(app: web.Application, link: ReplicaLink) -> None:
-    while True:
-        await link.next_turns()
-        await link.flush_turns()
-
-
-def _turn_applier(app: web.Application) -> TurnApplier:
-    sessions, pool, deps = app[SESSIONS], app[POOL], app[DEPS]
-    names = set(pool.names)
-
-    def apply(conversation: str, backend: str, profile: str, prompt_tokens: int,
-              age_s: float) -> None:
-        if backend in names:  # replicas configured with other instances: not ours to follow
-            sessions.remember(conversation, backend, profile, prompt_tokens,
-                              deps.clock() - age_s)
-
-    return apply
 
 
 REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`

@@ -25,7 +25,8 @@ import structlog
 from aiohttp import web
 
 from router.instances.pool import POOL
-from router.replicas.link import REPLICAS, LoadApplier, ReplicaLink, load_applier
+from router.replicas.link import REPLICAS, LoadApplier, ReplicaLink
+from router.replicas.loops import load_applier
 from router.replicas.peers import CLIENT_GONE, PEER_CONNECT_S, PEER_ERRORS, PEER_RETRY_S
 from router.request.errors import error_response
 from router.state import CONFIG, DEPS, SESSION

@@ -33,7 +33,8 @@ from router.app import create_app
 from router.config import Config, LoadConfig, LogConfig, ReplicasConfig, SupervisorConfig
 from router.instances.pool import POOL
 from router.learning.online import ONLINE
-from router.replicas.link import REPLICAS, sync_sums_once
+from router.replicas.link import REPLICAS
+from router.replicas.loops import sync_sums_once
 from router.state import DEPS, POLICY, Deps
 from tests.router.conftest import ListSink, ServerFactory, gb10_policy
 
