@@ -18,7 +18,7 @@ from aiohttp import web
 from backends.capability import ProbeResult
 from backends.engines import adapter_for
 from backends.measure import StreamMeter
-from backends.upstream import ForwardOptions, ForwardResult, forward
+from backends.upstream import ForwardOptions, ForwardResult, Outbound, forward
 from router import state
 from router.edge.openapi import openapi_document
 from router.edge.paths import ALLOWED_METHODS, MODELS, ROUTED, forwardable_path
@@ -118,11 +118,11 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         await asyncio.sleep(0)
 
     try:
-        return await forward(
+        return await forward(Outbound(
             request, app[state.SESSION], pool.targets(plan.order), request.path, body,
-            result=result, clock=deps.clock, options=options,
+            clock=deps.clock, options=options,
             response_headers=lambda r: route_headers(plan, r, started), answered=answered,
-        )
+        ), result)
     except asyncio.CancelledError:  # the client went away; the upstream call is closed
         result.client_disconnected = True
         raise
@@ -189,12 +189,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     order = pool.default_order(config.default_backend_name, started)
     body = await read_body(request) if request.can_read_body else None
     result = ForwardResult(meter=StreamMeter(started_at=started))
-    response = await forward(
-        request, app[state.SESSION], pool.targets(order), path,
-        body, result=result, clock=deps.clock,
+    response = await forward(Outbound(
+        request, app[state.SESSION], pool.targets(order), path, body, clock=deps.clock,
         options=ForwardOptions(connect_timeout_s=config.limits.connect_timeout_s),
         response_headers=lambda r: {"x-specroute-backend": r.backend or "none"},
-    )
+    ), result)
     for name in result.failover_from:
         pool.mark_failed(name, deps.clock(), result.error)
     return response
