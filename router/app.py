@@ -1,7 +1,8 @@
 """`create_app(config, deps=...)`: the aiohttp application, its state and its background work.
 
 State lives in typed `web.AppKey`s; the HTTP client session, the decision log and background
-tasks live in `cleanup_ctx`; `/metrics` and `/dashboard` are add-ons (`router.addons`). Nothing
+tasks live in `cleanup_ctx`; the rooms' background loops (the supervisor, the learner, the
+engines' gauges, the replicas) and `/metrics` and `/dashboard` (`router.addons`) are add-ons. Nothing
 here is a module-level singleton: two apps in one process (as in tests) share nothing.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
 import aiohttp
@@ -21,17 +22,16 @@ from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, learned_path_for, paces
-from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
 from router.config import Config
 from router.edge import handlers
-from router.instances.engine_load import engine_gauges
+from router.instances.engine_load import EngineGauges
 from router.instances.pace_probe import measured_notes, probe_records
 from router.instances.pool import POOL, BackendPool
-from router.instances.supervision import supervise
+from router.instances.supervision import Supervision
 from router.learning.online import ONLINE, OnlineModel
-from router.learning.relearn import LEARNER, Learner, background_learner
+from router.learning.relearn import LEARNER, BackgroundLearner, Learner
 from router.learning.scorer_holder import SCORER, ScorerHolder
 from router.learning.sinks import (
     RECORDS,
@@ -41,10 +41,9 @@ from router.learning.sinks import (
     SinkHealth,
     write_batch,
 )
-from router.replicas import peer_load
 from router.replicas.link import replica_id
-from router.replicas.loops import replicas
-from router.replicas.peer_load import peer_streams
+from router.replicas.loops import ReplicaSharing
+from router.replicas.peer_load import PeerLoad
 from router.request.core import CORE, Core
 from router.request.errors import openai_errors
 from router.state import (
@@ -59,6 +58,7 @@ from router.state import (
     TOKENS,
     TOOLS_MEMO,
     TURN_SHARERS,
+    Addon,
     Deps,
     RecordSink,
 )
@@ -95,19 +95,16 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     app[LEARNER] = Learner(store, config.log.path, deps.clock)
     app[TOOLS_MEMO] = ToolsMemo()
     app[ASK_MEMO] = AskMemo()
+    # The app's own set-up and tear-down, in this order, and the add-ons' after them: the
+    # supervisor's start-up probe is recorded once the decision log is open.
     app.cleanup_ctx.append(_client_session)
-    app.cleanup_ctx.append(supervise)
-    app.cleanup_ctx.append(_decision_log)
-    app.cleanup_ctx.append(_record_probe)
-    app.cleanup_ctx.append(_reloader)
-    app.cleanup_ctx.append(background_learner)
-    app.cleanup_ctx.append(engine_gauges)
-    app.cleanup_ctx.append(replicas)
-    app.cleanup_ctx.append(peer_streams)  # after replicas: it follows their link
+    install(app, [Supervision()])
+    app.cleanup_ctx.extend([_decision_log, _record_probe, _reloader])
     handlers.add_routes(app)
-    peer_load.add_routes(app)
     metrics = MetricsAddon(admin_token=config.admin.token)
-    install(app, [metrics, DashboardAddon(admin_token=config.admin.token)])
+    install(app, [BackgroundLearner(), EngineGauges(), ReplicaSharing(),
+                  PeerLoad(),  # after the replicas' sharing: it follows their link
+                  metrics, DashboardAddon(admin_token=config.admin.token)])
     app[SINKS].extend(deps.sinks)
     # A sink that fails is counted on /metrics as well as reported on /readyz.
     app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
@@ -119,6 +116,16 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
         turn_sharers=app[TURN_SHARERS],
     )
     return app
+
+
+def install(app: web.Application, addons: Sequence[Addon]) -> None:
+    """Each add-on's routes on `app`, the add-on among its record sinks when it takes records,
+    its cleanup_ctx run."""
+    for addon in addons:
+        addon.add_routes(app)
+        if addon.takes_records:
+            app[SINKS].append(addon)
+        app.cleanup_ctx.append(addon.cleanup_ctx)
 
 
 def _load_tokens(config: Config) -> TokenCounter | None:

@@ -10,7 +10,7 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -75,3 +75,27 @@ TurnSharer = Callable[[str, str, str, int], None]
 TURN_SHARERS = web.AppKey("turn_sharers", list[TurnSharer])
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")
+
+
+class Addon:
+    """An optional part of the app, kept off the request path (after mitmproxy's addons): what
+    it serves, what it does with each record, the work it runs while the app runs
+    (`router.app.install` wires all three). No routes, takes no records, runs nothing:
+    subclasses override what they need. The background loops of the rooms are add-ons too."""
+
+    sink_name = "addon"  # names the add-on where its records are accounted for
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the add-on's HTTP routes to `app`."""
+
+    def write_record(self, record: RouteRecord) -> None:
+        """Take one decision-log record (called once per request, after the decision log)."""
+
+    async def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        """Set up before the app serves, tear down after (an aiohttp `cleanup_ctx`)."""
+        yield
+
+    @property
+    def takes_records(self) -> bool:
+        """Whether it is a record sink: it overrides `write_record`."""
+        return type(self).write_record is not Addon.write_record

@@ -27,13 +27,12 @@ from decisionlog.summary import (
     record_reason,
     record_tps,
 )
-from router.addons.addon import Addon
 from router.edge.admin import guard_admin
 from router.instances.engine_load import GAUGE_SCRAPES
 from router.instances.pool import POOL
 from router.learning.online import ONLINE, model_status
 from router.replicas.link import REPLICAS
-from router.state import DEPS, POLICY, SUPERVISOR
+from router.state import DEPS, POLICY, SUPERVISOR, Addon
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)

@@ -25,7 +25,7 @@ from backends.gauges import EngineLoad, has_gauges, parse_gauges
 from backends.spec import BackendSpec
 from router.config import LoadConfig
 from router.instances.pool import POOL
-from router.state import CONFIG, DEPS, SESSION
+from router.state import CONFIG, DEPS, SESSION, Addon
 
 log = structlog.get_logger("specroute")
 
@@ -118,3 +118,10 @@ async def _read(
         return None, error
     load = parse_gauges(spec.engine, text)
     return load, "" if load is not None else "queue gauges missing or not believable"
+
+
+class EngineGauges(Addon):
+    """The background scrape of the engines' queue gauges (`engine_gauges`), as an add-on."""
+
+    def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        return engine_gauges(app)

@@ -15,7 +15,7 @@ from aiohttp import web
 from backends.capability import capability_probe
 from backends.supervisor import Supervisor, SupervisorSettings
 from router.instances.pool import POOL
-from router.state import CONFIG, PROBE, SESSION, SUPERVISOR
+from router.state import CONFIG, PROBE, SESSION, SUPERVISOR, Addon
 
 log = structlog.get_logger("specroute")
 
@@ -59,3 +59,10 @@ async def _probe(app: web.Application) -> None:
     result.raise_for_errors()
     log.info("capability_ok", model=result.common_model, drafted=dict(result.drafted))
     app[PROBE] = result  # its timed answers become the log's first records (router.app)
+
+
+class Supervision(Addon):
+    """The supervisor and the start-up probe (`supervise`), as an add-on."""
+
+    def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        return supervise(app)

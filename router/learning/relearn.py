@@ -21,7 +21,7 @@ from aiohttp import web
 from decisionlog.readers import iter_log_records
 from decisionlog.records import ReadStats
 from policies import LearnedState, PolicyStore, learn_to_file, observations
-from router.state import CONFIG, DEPS
+from router.state import CONFIG, DEPS, Addon
 
 log = structlog.get_logger("specroute")
 
@@ -74,3 +74,10 @@ async def _loop(learner: Learner, wall_clock: Callable[[], datetime], interval: 
             await asyncio.to_thread(learner.learn_now, wall_clock())
         except (OSError, ValueError) as exc:  # an unreadable log: try again next time
             log.warning("learn_failed", error=str(exc))
+
+
+class BackgroundLearner(Addon):
+    """The periodic pass over the log (`background_learner`), as an add-on."""
+
+    def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        return background_learner(app)

@@ -17,7 +17,7 @@ from aiohttp import web
 from router.instances.pool import POOL, ReplicaLoad
 from router.learning.online import ONLINE
 from router.replicas.link import REPLICAS, LoadApplier, ReplicaLink, TurnApplier, replica_id
-from router.state import CONFIG, DEPS, POLICY, SESSIONS, TURN_SHARERS
+from router.state import CONFIG, DEPS, POLICY, SESSIONS, TURN_SHARERS, Addon
 
 log = structlog.get_logger("specroute")
 
@@ -124,3 +124,10 @@ def _turn_applier(app: web.Application) -> TurnApplier:
                               deps.clock() - age_s)
 
     return apply
+
+
+class ReplicaSharing(Addon):
+    """The replicas' loops through the store (`replicas`), as an add-on."""
+
+    def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        return replicas(app)

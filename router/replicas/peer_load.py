@@ -29,7 +29,7 @@ from router.replicas.link import REPLICAS, LoadApplier, ReplicaLink
 from router.replicas.loops import load_applier
 from router.replicas.peers import CLIENT_GONE, PEER_CONNECT_S, PEER_ERRORS, PEER_RETRY_S
 from router.request.errors import error_response
-from router.state import CONFIG, DEPS, SESSION
+from router.state import CONFIG, DEPS, SESSION, Addon
 
 log = structlog.get_logger("specroute")
 
@@ -166,3 +166,14 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             del buffer[:end + 1]
         if len(buffer) > MAX_LINE:
             raise ValueError(f"a message longer than {MAX_LINE} bytes")
+
+
+class PeerLoad(Addon):
+    """`GET /specroute/replica-load` and the follower of each peer's (`add_routes`,
+    `peer_streams`), as an add-on."""
+
+    def add_routes(self, app: web.Application) -> None:
+        add_routes(app)
+
+    def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        return peer_streams(app)
