@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test venv lint bench clean local-backend envoy
+.PHONY: demo test venv lint bench clean local-backend envoy system-packages
 
 venv: $(STAMP)
 
@@ -27,7 +27,12 @@ local-backend: $(STAMP)
 envoy: $(STAMP)
 	$(PY) -m backends.local.envoy ensure
 
-test: $(STAMP) local-backend envoy
+# cmake, g++, chromium, redis-server and nginx with apt where missing, when root (else said, and the
+# run's last line names what it skipped without them and the command that installs them)
+system-packages:
+	@.ci/system-packages
+
+test: $(STAMP) system-packages local-backend envoy
 	$(PY) -m pytest -q
 
 # The packages, their tests and the benchmarks.

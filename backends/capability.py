@@ -62,8 +62,14 @@ def restock(items, name, amount):
 
 def cheapest(items):
     return min(items, key=lambda item: item.price)'''
-COPY_PROMPT = ("Rename the function `total_value` to `stock_value` in this Python module and "
-               f"return the whole module:\n\n```python\n{PROBE_MODULE}\n```")
+# The change is to the module's last function, past the probe's 64 tokens: the answer timed is
+# a copy, as most of a real edit's answer is. (A rename near the top made prompt lookup draft
+# the old name and lose a third of its drafts on the lines timed: 38 of 65 accepted on the
+# real ngram-simple instance, no faster than plain; now 50 of 50, 40 ms per token against
+# plain's 49-67 on the same, noisy, machine.)
+COPY_PROMPT = ("Rename the function `cheapest` to `cheapest_item` in this Python module and "
+               "return the whole module, nothing else:"
+               f"\n\n```python\n{PROBE_MODULE}\n```")
 FREE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 

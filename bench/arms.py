@@ -41,6 +41,10 @@ The arms, on one request sequence:
   open loop, a clairvoyant soonest-finish schedule of the same arrivals over the measured
   per-request times (not a bound: the best a greedy dispatcher that knew them would do).
 
+At 1 client the arms run side by side, request by request (`drive_side_by_side`: each request
+to every arm in turn, one in flight in all, each arm on its own clock), so that a machine whose
+speed drifts slows every arm alike; under load they run one after another.
+
 Printed per load, measured side by side in one run (these machines are noisy): each arm's total
 (closed loop: wall seconds; open loop: mean latency), `x best` (the best single config's total
 over the arm's: above 1 is faster than any config alone), `auto xlc` (least-conn's total over
@@ -80,7 +84,7 @@ from bench.learning_live import REQUEST_ERRORS
 from bench.machines import POLICY_PATH
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.app import create_app
-from router.config import Config, LearnConfig, LogConfig
+from router.config import Config, LearnConfig, LoadConfig, LogConfig
 from router.serve import configure_logging, start_site
 from router.state import Deps
 
@@ -195,32 +199,41 @@ class LeastConn:
 Router = Pinned | LeastConn
 
 
+async def send(session: aiohttp.ClientSession, url: str, item: TrafficRequest, router: Router,
+               conversation: str) -> tuple[str, str]:
+    """One request through the proxy at `url` on the route `router` picks: the backend that
+    answered and the error ('' for none)."""
+    route = router.pick()
+    headers = {"x-specroute-route": route, "x-specroute-conversation": conversation}
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=item.body,
+                                headers=headers) as response:
+            response.raise_for_status()
+            await response.json()
+            return response.headers.get("x-specroute-backend", ""), ""
+    except REQUEST_ERRORS as exc:
+        return "", f"{type(exc).__name__}: {exc}"
+    finally:
+        router.release(route)
+
+
+def _timeout(deadline: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=max(1.0, deadline - time.monotonic()) + 60)
+
+
 async def drive(url: str, items: Sequence[TrafficRequest], load: Load, router: Router, tag: str,
                 deadline: float, arrivals: Sequence[float] = ()) -> Run:
     """`items` through the proxy at `url` under `load`; stops sending at `deadline`."""
     served: list[Served] = []
     began = time.monotonic()
-    timeout = aiohttp.ClientTimeout(total=max(1.0, deadline - began) + 60)
 
     async def one(session: aiohttp.ClientSession, index: int) -> None:
-        route = router.pick()
         sent = time.monotonic() - began
-        headers = {"x-specroute-route": route, "x-specroute-conversation": f"{tag}-{index}"}
-        backend, error = "", ""
-        try:
-            async with session.post(f"{url}/v1/chat/completions", json=items[index].body,
-                                    headers=headers) as response:
-                response.raise_for_status()
-                await response.json()
-                backend = response.headers.get("x-specroute-backend", "")
-        except REQUEST_ERRORS as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        finally:
-            router.release(route)
+        backend, error = await send(session, url, items[index], router, f"{tag}-{index}")
         served.append(Served(index, items[index].cls, backend, sent,
                              time.monotonic() - began, error))
 
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=_timeout(deadline)) as session:
         if load.open:
             tasks = []
             for index, at in enumerate(arrivals[:len(items)]):
@@ -240,6 +253,33 @@ async def drive(url: str, items: Sequence[TrafficRequest], load: Load, router: R
 
             await asyncio.gather(*(client() for _ in range(load.clients)))
     return Run(tuple(sorted(served, key=lambda s: s.index)), len(served) < len(items))
+
+
+Arm = tuple[str, Router]  # the proxy's URL and the route each request takes
+
+
+async def drive_side_by_side(arms: Mapping[str, Arm], items: Sequence[TrafficRequest], tag: str,
+                             deadline: float) -> dict[str, Run]:
+    """One client on every arm at once, request by request: each request is sent to each arm in
+    turn (the order rotated from one request to the next), one request in flight in all, so a
+    machine whose speed drifts (another process, a hot core) slows every arm alike instead of
+    the arm that ran while it was busy. Each arm keeps its own clock: its next request is sent
+    when its last one was answered, as one client of its own would."""
+    names = list(arms)
+    clocks = dict.fromkeys(names, 0.0)
+    served: dict[str, list[Served]] = {name: [] for name in names}
+    async with aiohttp.ClientSession(timeout=_timeout(deadline)) as session:
+        for index, item in enumerate(items):
+            if time.monotonic() >= deadline:
+                break
+            turn = index % len(names)
+            for name in names[turn:] + names[:turn]:
+                url, router = arms[name]
+                began = time.monotonic()
+                backend, error = await send(session, url, item, router, f"{tag}-{name}-{index}")
+                sent, clocks[name] = clocks[name], clocks[name] + time.monotonic() - began
+                served[name].append(Served(index, item.cls, backend, sent, clocks[name], error))
+    return {name: Run(tuple(runs), len(runs) < len(items)) for name, runs in served.items()}
 
 
 # --- the oracle ----------------------------------------------------------------------------
@@ -439,9 +479,13 @@ async def proxy(workdir: Path, instances: Sequence[Instance]) -> AsyncIterator[s
     policy = workdir / "policy.yaml"
     policy.write_text(POLICY_PATH.read_text(encoding="utf-8"), encoding="utf-8")
     specs = [i.spec for i in instances]
+    # No engine gauges: side by side, a gauge read while another arm's request ran on an
+    # instance is still counted (up to load.max_age_s) when this proxy's next request comes, so
+    # an idle instance looked busy (a real edit sent to plain with ngram predicted 1.4x); each
+    # proxy counts its own requests in flight, and under load the arms run one at a time.
     config = Config(backends=specs, pools={s.name: [s.name] for s in specs}, policy=str(policy),
                     tokenizer=False, log=LogConfig(path=str(workdir / "decisions.jsonl")),
-                    learn=LearnConfig(interval_s=0))
+                    learn=LearnConfig(interval_s=0), load=LoadConfig(gauges=False))
     _, port, stop = await start_site(create_app(config, deps=Deps()))
     try:
         yield f"http://127.0.0.1:{port}"
@@ -497,12 +541,20 @@ async def bench_instances(where: str, instances: Sequence[Instance], settings: S
 async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficRequest],
                instances: Sequence[Instance], names: Mapping[str, str], pinned: str,
                settings: Settings, workdir: Path, serial: Iterator[str]) -> list[Row]:
-    def bound() -> float:
-        return min(settings.deadline, time.monotonic() + settings.run_seconds)
+    def bound(runs: int = 1) -> float:
+        return min(settings.deadline, time.monotonic() + runs * settings.run_seconds)
 
     one = Load("1 client", 1)
-    alone = {role: await drive(pinned, items, one, Pinned(names[role]), next(serial), bound())
-             for role in ROLES}  # each request on each instance: the oracle's replay
+    # each request on each instance (the oracle's replay), and at 1 client auto and least-conn
+    # beside them, request by request
+    arms: dict[str, Arm] = {role: (pinned, Pinned(names[role])) for role in ROLES}
+    async with contextlib.AsyncExitStack() as stack:
+        if one in settings.loads:
+            cold = await stack.enter_async_context(proxy(workdir / next(serial), instances))
+            arms |= {"auto": (cold, Pinned("auto")),
+                     "least-conn": (pinned, LeastConn(list(names.values())))}
+        side_by_side = await drive_side_by_side(arms, items, next(serial), bound(len(arms)))
+    alone = {role: side_by_side[role] for role in ROLES}
     service = {names[r]: {s.index: s.latency for s in run.served if not s.error}
                for r, run in alone.items()}
     timed = complete(service, items)
@@ -512,15 +564,8 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     arrivals = poisson_arrivals(len(items), settings.open_load / max(fastest, 1e-3), settings.seed)
     rows: list[Row] = []
     for load in settings.loads:
-        runs: dict[str, Run] = {}
-        for role in ROLES:
-            runs[role] = alone[role] if load == one else await drive(
-                pinned, items, load, Pinned(names[role]), next(serial), bound(), arrivals)
-        async with proxy(workdir / next(serial), instances) as cold:
-            runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), bound(),
-                                       arrivals)
-        runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
-                                         next(serial), bound(), arrivals)
+        runs = side_by_side if load == one else await _loaded(
+            load, items, instances, names, pinned, workdir, serial, bound(), arrivals)
         later = [i for i in timed if i >= FIRST]
         if load.open:
             oracle = oracle_open(service, timed, arrivals)
@@ -534,6 +579,21 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
         print(format_row(row, first=not rows), flush=True)
         rows.append(row)
     return rows
+
+
+async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequence[Instance],
+                  names: Mapping[str, str], pinned: str, workdir: Path, serial: Iterator[str],
+                  deadline: float, arrivals: Sequence[float]) -> dict[str, Run]:
+    """Every arm under a load of more than one request at a time, one arm after another (they
+    share the instances: side by side they would load each other)."""
+    runs = {role: await drive(pinned, items, load, Pinned(names[role]), next(serial), deadline,
+                              arrivals) for role in ROLES}
+    async with proxy(workdir / next(serial), instances) as cold:
+        runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), deadline,
+                                   arrivals)
+    runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
+                                     next(serial), deadline, arrivals)
+    return runs
 
 
 def _classes(items: Sequence[TrafficRequest]) -> str:

@@ -3,7 +3,7 @@ config names (`load_scorer`: the trained artifact or the rules), and `score_safe
 
 A scorer that raises never fails a request: `score_safely` returns None and the reason, and
 the policy's fallback applies. The proxy keeps the one in force and hot-reloads it
-(`router/request/scorer_holder`).
+(`router/learning/scorer_holder`).
 """
 
 from __future__ import annotations

@@ -85,6 +85,24 @@ def _add_epp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     epp.add_argument("--log-format", choices=("console", "json"), default="console",
                      help="format of the operator log on stderr")
     epp.set_defaults(func=_epp)
+    _add_render_envoy(epp.add_subparsers(dest="epp_command", metavar="COMMAND", required=False))
+
+
+def _add_render_envoy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    render = sub.add_parser(
+        "render-envoy", help="write the shipped Envoy configs filled in for this config.yaml",
+        formatter_class=Formatter,
+        description="Write deploy/envoy/envoy.yaml and envoy-fallback.yaml into --out with "
+        "their ports filled in, and envoy-fallback.yaml's instances from the config's backends "
+        "(each http://<ip>:<port>), ready for `envoy -c`.")
+    render.add_argument("--config", default="config.yaml", help="config file")
+    render.add_argument("--out", default="envoy", help="directory to write the configs into")
+    render.add_argument("--listen-port", type=int, default=10000,
+                        help="Envoy's listener on 127.0.0.1, where clients send requests")
+    render.add_argument("--grpc-port", type=int, default=9002,
+                        help="the picker's gRPC port (specroute epp --grpc-port)")
+    render.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin API port")
+    render.set_defaults(func=_render_envoy)
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,6 +117,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="proxy: the client talks to specroute; envoy: to a real Envoy "
                       "(deploy/envoy/envoy.yaml, installed into the cache on first use) with "
                       "specroute as its endpoint picker")
+    demo.add_argument("--replicas", type=int, choices=(1, 2, 3, 4), default=1,
+                      help="2 or more: that many replicas sharing a real redis-server, nginx "
+                      "round robin in front (deploy/nginx/specroute.conf; apt-get install -y "
+                      "nginx redis-server); with --front proxy only")
     demo.add_argument("--requests", type=int, default=10, help="requests per phase")
     demo.add_argument("--max-tokens", type=int, default=None,
                       help="max_tokens of each request (default: 32 local, edits 128; 128 fake)")
@@ -164,6 +186,26 @@ def _epp(args: argparse.Namespace) -> int:
                                              fallbacks=args.endpoints == "list"))
 
 
+def _render_envoy(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from router.epp.envoy_config import EnvoyPorts, write_envoy_configs
+    from router.epp.server import PickerConfigError
+
+    ports = EnvoyPorts(listen=args.listen_port, picker=args.grpc_port, admin=args.admin_port)
+    try:
+        written = write_envoy_configs(load_config(args.config), ports, Path(args.out))
+    except (ConfigError, PickerConfigError) as exc:
+        print(f"specroute: invalid config:\n{exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(f"  specroute epp --config {args.config} --grpc-port {args.grpc_port}"
+          "   # with envoy.yaml; add --endpoints list with envoy-fallback.yaml")
+    print(f"  envoy -c {written[0]}    # clients: http://127.0.0.1:{args.listen_port}/v1")
+    return 0
+
+
 def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
     listen = config.listen.model_copy(
         update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
@@ -174,8 +216,12 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 def _demo(args: argparse.Namespace) -> int:
     from router.ops.demo import run_demo
 
+    if args.replicas > 1 and args.front != "proxy":
+        print("specroute demo: --replicas runs behind nginx (--front proxy)", file=sys.stderr)
+        return 2
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out, front=args.front)
+                    min_samples=args.min_samples, out=args.out, front=args.front,
+                    replicas=args.replicas)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

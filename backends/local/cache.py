@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -51,6 +52,17 @@ def exclusive(root: Path, name: str, progress: Progress) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Stop a server we started, by its PID: `sig`, then SIGKILL after 5 s."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
 
 def free_loopback_port() -> int:

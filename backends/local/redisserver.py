@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.local.cache import LocalBackendError, free_loopback_port
+from backends.local.cache import LocalBackendError, free_loopback_port, stop_process
 
 START_TIMEOUT_S = 10.0
 
@@ -31,13 +31,7 @@ class RedisServer:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop it by its PID (SIGKILL for a store that dies mid-run)."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process, sig)
 
 
 def redis_binary() -> str | None:

@@ -11,7 +11,8 @@ from the online part (they are counted once). A record sink; no I/O.
 With replicas (router/replicas/link), the model adds the other replicas' published sums
 (`set_others`), and this replica's own sums (`own_sums`: its learned state plus what it added
 since) are what it publishes. A restarted replica gets back the sums it had published
-(`restore_own`): they stand for its learned state until a learned file covers more records.
+(`restore_own`): they stand for its learned state until a learned file covers more records (it
+relearns its own log before its first publish, router/learning/relearn.relearn_own_log, so one does).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import structlog
 from aiohttp import web
@@ -53,6 +54,21 @@ class Learner:
 
 
 LEARNER = web.AppKey("learner", Learner)
+
+
+async def relearn_own_log(app: web.Application) -> None:
+    """A replica, before it publishes for the first time: learn its own log whole, so that the
+    records it wrote after its last publish (up to `replicas.sync_interval_s` of them before a
+    SIGKILL) are in its sums at once, not a `learn.interval_s` later. The sums it published
+    before then cover fewer records than this learned state, and are not added again."""
+    learner = app[LEARNER]
+    path = Path(learner.log_path)
+    if not path.exists() and not any(path.parent.glob(f"{path.name}.*")):
+        return  # a first start: no log yet (nor rotated ones), nothing to relearn
+    try:
+        await asyncio.to_thread(learner.learn_now, app[DEPS].wall_clock())
+    except (OSError, ValueError) as exc:  # as the background learner: the published sums stand
+        log.warning("relearn_failed", error=str(exc))
 
 
 async def background_learner(app: web.Application) -> AsyncIterator[None]:

@@ -67,7 +67,7 @@ class _Collect:
 
 def run_demo(
     *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
-    front: str = "proxy",
+    front: str = "proxy", replicas: int = 1,
 ) -> int:
     # Short replies keep the real CPU pair quick; the simulated engines can afford longer ones,
     # which keeps per-request acceptance close to the class's (fewer cycles, more noise).
@@ -75,23 +75,18 @@ def run_demo(
     # an edit's answer is the whole function: on the real instances, unless told otherwise, it
     # may run to 128 tokens (32 are mostly the preamble and the key prompt lookup must match)
     edit_tokens = 0 if max_tokens else 128
+    if replicas > 1:
+        from router.ops.demo_replicas import demo_replicas
+
+        return asyncio.run(demo_replicas(backends, requests, tokens, min_samples,
+                                         Path(out).resolve(), edit_tokens, replicas))
     return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
                              front, edit_tokens))
 
 
 async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
                 front: str = "proxy", edit_tokens: int = 0) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.jsonl*"):
-        stale.unlink()  # a fresh log: the learner should see this run only
-    (out / "policy.learned.json").unlink(missing_ok=True)
-    policy = out / "policy.yaml"
-    # the shipped policy as it is (prior: neutral: nothing assumed of this machine); the
-    # simulated engines are a GB10 running ds4, whose set-up names that prior
-    prior = "neutral" if backends == "local" else "gb10-ds4"
-    policy.write_text(Path(DEFAULT_POLICY).read_text().replace(
-        "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early").replace(
-        "prior: neutral", f"prior: {prior}"))
+    policy = demo_policy(out, backends, min_samples)
     stops: list[Stop] = []
     try:
         specs, model = await _backends(backends, stops)
@@ -127,6 +122,22 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
     print(f"  specroute tail {config.log.path}          # one line per request")
     print(f"  specroute report {config.log.path} --project-onto gb10   # the same traffic on a GB10")
     return 0
+
+
+def demo_policy(out: Path, backends: str, min_samples: int) -> Path:
+    """A fresh run directory (no log, no learned state: the learner sees this run only) and
+    the demo's policy in it."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (*out.glob("*.jsonl*"), *out.glob("policy.learned*.json")):
+        stale.unlink()
+    policy = out / "policy.yaml"
+    # the shipped policy as it is (prior: neutral: nothing assumed of this machine); the
+    # simulated engines are a GB10 running ds4, whose set-up names that prior
+    prior = "neutral" if backends == "local" else "gb10-ds4"
+    policy.write_text(Path(DEFAULT_POLICY).read_text().replace(
+        "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early").replace(
+        "prior: neutral", f"prior: {prior}"))
+    return policy
 
 
 async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> str:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from router.instances.pool import POOL, ReplicaLoad
 from router.learning.online import ONLINE
+from router.learning.relearn import relearn_own_log
 from router.replicas.link import REPLICAS, LoadApplier, ReplicaLink, TurnApplier, replica_id
 from router.state import CONFIG, DEPS, POLICY, SESSIONS, TURN_SHARERS, Addon
 
@@ -69,6 +70,7 @@ async def sync_sums_once(app: web.Application, link: ReplicaLink) -> None:
 
 
 async def _sums_loop(app: web.Application, link: ReplicaLink) -> None:
+    await relearn_own_log(app)  # what it wrote after its last publish, before it publishes
     interval = app[CONFIG].replicas.sync_interval_s
     while True:
         await sync_sums_once(app, link)

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from bench.arms import (
     ARMS,
     FIRST,
     HEADER,
     LeastConn,
+    Pinned,
     Served,
+    drive_side_by_side,
     main,
     oracle_ceiling,
     oracle_one_client,
     oracle_open,
+    parse_load,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+from router.serve import start_site
 
 
 def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
@@ -96,3 +103,40 @@ def test_each_mix_has_its_classes_in_their_shares_in_both_windows(mix: str) -> N
     assert {r.body["metadata"]["bench_class"] for r in items} == set(shares)
     if mix == "mixed":
         assert any(r.cls == "edit" for r in items[FIRST:])
+
+
+async def test_side_by_side_sends_each_request_to_every_arm_in_rotated_turns_one_at_a_time(
+) -> None:
+    seen: list[tuple[str, str]] = []  # (route, conversation) in the order they arrived
+    inflight = [0, 0]  # now, most
+
+    async def answer(request: web.Request) -> web.Response:
+        inflight[0] += 1
+        inflight[1] = max(inflight)
+        route = request.headers["x-specroute-route"]
+        seen.append((route, request.headers["x-specroute-conversation"]))
+        await asyncio.sleep(0.03 if route == "slow" else 0.005)
+        inflight[0] -= 1
+        return web.json_response({}, headers={"x-specroute-backend": route})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    _, port, stop = await start_site(app)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        items = [TrafficRequest("chat", "en", {"n": i}) for i in range(4)]
+        runs = await drive_side_by_side({"a": (url, Pinned("slow")), "b": (url, Pinned("fast"))},
+                                        items, "t", time.monotonic() + 30)
+    finally:
+        await stop()
+    assert inflight[1] == 1  # one request in flight in all
+    assert [route for route, _ in seen] == ["slow", "fast", "fast", "slow"] * 2  # turns rotate
+    assert seen[0][1] == "t-a-0" and seen[2][1] == "t-b-1"
+    for name, backend in (("a", "slow"), ("b", "fast")):
+        run = runs[name]
+        assert [s.index for s in run.served] == [0, 1, 2, 3] and not run.cut
+        assert {s.backend for s in run.served} == {backend}
+        # its own clock: each request sent when its last one on this arm was answered
+        assert all(later.sent == earlier.done for earlier, later in zip(run.served, run.served[1:]))
+    one = parse_load("1")
+    assert runs["a"].total(one) > 4 * 0.03 > runs["b"].total(one)  # the other arm's time not counted

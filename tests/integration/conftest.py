@@ -6,7 +6,6 @@ unset; `make test` builds the cache first, so in CI these tests always run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +16,13 @@ import pytest
 from backends.local.pair import find_pair, local_pair_specs
 from backends.spec import BackendSpec
 from backends.supervisor import Supervisor, SupervisorSettings
+from tests.missing import SMOLLM2, skip_missing
 
 
 def require_smollm2() -> None:
     if find_pair("smollm2") is not None:
         return
-    reason = ("the local SmolLM2 pair is not cached: run `make local-backend` "
-              "(python -m backends.local.pair ensure smollm2)")
-    if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
-        pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
-    pytest.skip(reason)
+    skip_missing(SMOLLM2)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from policies.store import DEFAULT_POLICY
 from router.app import create_app
 from router.config import AdminConfig, Config, Limits, LogConfig, SupervisorConfig
 from router.state import Deps
+from tests.missing import REDIS, skip_missing
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 
@@ -145,10 +145,7 @@ async def stack(aiohttp_server: ServerFactory, tmp_path: Path) -> AsyncIterator[
 def store() -> Iterator[RedisServer]:
     """A real redis-server on 127.0.0.1 and a free port, no persistence, stopped by PID."""
     if redis_binary() is None:
-        reason = "redis-server is not installed (apt-get install redis-server; .ci/run does)"
-        if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
-            pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
-        pytest.skip(reason)
+        skip_missing(REDIS)
     server = start_redis()
     yield server
     server.stop()

@@ -9,7 +9,7 @@ from router.cli import build_parser, main
 COMMANDS = [
     ["serve"], ["demo"], ["backends", "up"], ["backends", "status"], ["backends", "down"],
     ["data", "build"], ["train"], ["classify"], ["policy", "check"], ["policy", "explain"],
-    ["learn"], ["tail"], ["report"],
+    ["learn"], ["tail"], ["report"], ["epp"], ["epp", "render-envoy"],
 ]
 
 

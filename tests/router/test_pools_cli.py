@@ -131,14 +131,15 @@ def test_learn_writes_the_arms_next_to_the_learned_state(
     assert state.stats["chat/en"][arm].n == 6 and state.stats["chat/en"]["plain"].n == 6
 
 
-def test_the_readme_s_pool_examples_are_valid() -> None:
-    """The YAML the README gives to copy validates as it stands."""
+def test_the_pool_examples_of_docs_routing_are_valid() -> None:
+    """The YAML docs/routing.md gives to copy (the README's before it became a user's manual)
+    validates as it stands."""
     from fileio.yamlfile import parse_model
     from policies.policyfile.pools import pool_context
     from policies.policyfile.schema import Policy
     from router.config import Config
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "routing.md").read_text(encoding="utf-8")
     section = readme.split("## Pools and rewrites", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
     assert len(blocks) == 3

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from backends.local.envoy import (
     start_envoy,
     validate_config,
 )
+from tests.missing import ENVOY, skip_missing
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "deploy" / "envoy" / "envoy.yaml"
@@ -65,11 +65,7 @@ def require_envoy() -> Path:
     binary = cached_envoy()
     if binary is not None:
         return binary
-    reason = ("Envoy 1.40 is not cached: run `make envoy` "
-              "(python -m backends.local.envoy ensure)")
-    if os.environ.get("SPECROUTE_REQUIRE_LOCAL"):
-        pytest.fail(reason + " [SPECROUTE_REQUIRE_LOCAL is set]")
-    pytest.skip(reason)
+    skip_missing(ENVOY)
 
 
 # ---- the test-only picker ------------------------------------------------------------------

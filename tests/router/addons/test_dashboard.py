@@ -26,6 +26,8 @@ from router.addons.dashboard import (
     choose_bucket_s,
 )
 from router.learning.online import ONLINE, model_status
+from tests.missing import CHROMIUM as CHROMIUM_PACKAGE
+from tests.missing import skip_missing
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -123,7 +125,7 @@ async def test_dashboard_renders_its_plots_in_chromium(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; .ci/run does)")
+        skip_missing(CHROMIUM_PACKAGE)
     from playwright.async_api import async_playwright
 
     stack, records = await _real_run(aiohttp_server, tmp_path)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
+from backends.local.nginx import nginx_binary
+from backends.local.redisserver import redis_binary
 from decisionlog.records import Outcome, RouteRecord
 from router.ops.demo import format_table, run_demo
 from tests.backends.local.test_envoy import require_envoy
+from tests.missing import NGINX, REDIS, skip_missing
 
 
 def _record(request_id: str, reason: str, backend: str, cls: str = "technical",
@@ -80,3 +85,36 @@ def test_the_demo_behind_a_real_envoy_routes_and_records_through_the_picker(
                for r in workload)
     assert {r["outcome"]["backend"] for r in workload if r["decision"]["reason"] == "header"} \
         == {"mtp-0", "plain-0", "ngram-0"}
+
+
+def test_the_demo_with_two_replicas_behind_nginx_shares_what_each_learned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for binary, missing in ((redis_binary(), REDIS), (nginx_binary(), NGINX)):
+        if binary is None:
+            skip_missing(missing)
+    assert run_demo(backends="fake", requests=2, max_tokens=16, min_samples=1,
+                    out=str(tmp_path), replicas=2) == 0
+    printed = capsys.readouterr().out
+    workload = {}
+    for replica in ("a", "b"):
+        lines = (tmp_path / f"decisions-{replica}.jsonl").read_text().splitlines()
+        workload[replica] = [r for r in map(json.loads, lines)
+                             if not r["request_id"].startswith("probe_")]
+        assert all(r["outcome"]["status"] == 200 for r in workload[replica])
+    # 2 requests pinned to each of 3 instances, 2 on auto, 3 conversation turns; nginx hands
+    # them out in turn, and the owner of an instance in its share serves what goes there
+    assert len(workload["a"]) + len(workload["b"]) == 11
+    assert workload["a"] and workload["b"]
+    assert all(f"{name} ms/tok" in printed for name in ("mtp-0", "plain-0", "ngram-0"))
+    shares = re.findall(r"replica (\w): (\d+) = its own (\d+) \+ (\d+) learned", printed)
+    assert sorted(name for name, _, _, _ in shares) == ["a", "b"]
+    totals = {int(total) for _, total, _, _ in shares}
+    assert len(totals) == 1  # both decide with every record
+    assert all(int(other) > 0 for _, _, _, other in shares)
+    assert sum(int(own) for _, _, own, _ in shares) == totals.pop()
+    turns = re.findall(r"turn \d: replica (\w).* -> ([\w-]+),", printed)
+    assert len(turns) == 3 and len({instance for _, instance in turns}) == 1
+    assert "the conversation stayed on its instance" in printed
+    for pid in re.findall(r"\(pid (\d+)", printed):  # redis-server and nginx, stopped by PID
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)

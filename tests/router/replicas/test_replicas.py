@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -432,18 +433,18 @@ def published_n(url: str, name: str) -> int:
     return int(speculating + evidence["plain"][0])
 
 
-async def test_a_replica_killed_with_sigkill_and_restarted_counts_nothing_twice(
-        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
-    f = await fleet(aiohttp_server, tmp_path)
-    b = await replica(aiohttp_server, replica_config(f, "b", store.url))
-    config = tmp_path / "a.yaml"
+def process_replica(f: Fleet, store: RedisServer, sync: str, extra: str = ""
+                    ) -> tuple[Callable[[], Awaitable[subprocess.Popen[bytes]]], int]:
+    """Replica `a` as its own `specroute serve` process (so that it can be SIGKILLed), from a
+    config file in the fleet's directory; (start it, its port)."""
+    config = f.tmp / "a.yaml"
     backends = "".join(f"  - {{name: {s.name}, engine: llamacpp, profile: {s.profile}, "
                        f"url: '{s.base_url}'}}\n" for s in f.engines)
     config.write_text(
         "backends:\n" + backends + "tokenizer: false\nclassifier: rules\n"
-        f"policy: {gb10_policy(tmp_path)}\nlog: {{path: a.jsonl}}\n"
-        "supervisor: {startup_probe: false}\n"
-        f"replicas: {{store: '{store.url}', id: a, namespace: t, sync_interval_s: 0.1}}\n")
+        f"policy: {gb10_policy(f.tmp)}\nlog: {{path: a.jsonl}}\n"
+        "supervisor: {startup_probe: false}\n" + extra
+        + f"replicas: {{store: '{store.url}', id: a, namespace: t, {sync}}}\n")
     port = free_port()
 
     async def start() -> subprocess.Popen[bytes]:
@@ -452,6 +453,15 @@ async def test_a_replica_killed_with_sigkill_and_restarted_counts_nothing_twice(
              str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         await eventually(lambda: _answers(port), "replica a ready", seconds=20)
         return process
+
+    return start, port
+
+
+async def test_a_replica_killed_with_sigkill_and_restarted_counts_nothing_twice(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    f = await fleet(aiohttp_server, tmp_path)
+    b = await replica(aiohttp_server, replica_config(f, "b", store.url))
+    start, port = process_replica(f, store, "sync_interval_s: 0.1")
 
     process = await start()
     try:
@@ -468,6 +478,41 @@ async def test_a_replica_killed_with_sigkill_and_restarted_counts_nothing_twice(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)
+
+
+async def test_a_replica_killed_right_after_a_request_relearns_it_before_it_publishes(
+        aiohttp_server: ServerFactory, tmp_path: Path, store: RedisServer) -> None:
+    """Its records written after its last publish are in every replica's evidence within
+    seconds of its restart, not a learn.interval_s later: it relearns its own log first."""
+    f = await fleet(aiohttp_server, tmp_path)
+    b = await replica(aiohttp_server, replica_config(f, "b", store.url))
+    # a publishes at start, then not for 10 minutes; learns every 5
+    start, port = process_replica(f, store, "sync_interval_s: 600", "learn: {interval_s: 300}\n")
+
+    process = await start()
+    try:
+        await eventually(lambda: published_n(store.url, "a") == 0, "a's first publish")
+        await send(_Port(port), 3)
+        log = tmp_path / "a.jsonl"
+        await eventually(lambda: log.exists() and len(log.read_text().splitlines()) == 3,
+                         "a wrote its 3 records")
+        process.send_signal(signal.SIGKILL)  # right after: none of the 3 was published
+        process.wait(timeout=10)
+        assert published_n(store.url, "a") == 0 and total_n(b) == 0
+        process = await start()
+        await eventually(lambda: published_n(store.url, "a") == 3, "a relearned its 3")
+        await eventually(lambda: total_n(b) == 3, "B counts a's 3")
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://127.0.0.1:{port}/readyz") as response:
+            pace = (await response.json())["route_model"]["pace"]
+        assert sum(p["n"] for p in pace.values()) == 3  # a's own model counts them too
+        await send(_Port(port), 1)
+        await asyncio.sleep(0.3)
+        assert published_n(store.url, "a") == 3  # not republished before its next sync
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+    assert published_n(store.url, "a") == 4  # its last word at shutdown: 4, none twice
 
 
 @dataclass
