@@ -214,14 +214,19 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from router.ops.demo import run_demo
-
     if args.replicas > 1 and args.front != "proxy":
         print("specroute demo: --replicas runs behind nginx (--front proxy)", file=sys.stderr)
         return 2
+    if args.replicas > 1:
+        from router.ops.demo_replicas import run_demo_replicas
+
+        return run_demo_replicas(backends=args.backends, requests=args.requests,
+                                 max_tokens=args.max_tokens, min_samples=args.min_samples,
+                                 out=args.out, replicas=args.replicas)
+    from router.ops.demo import run_demo
+
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out, front=args.front,
-                    replicas=args.replicas)
+                    min_samples=args.min_samples, out=args.out, front=args.front)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

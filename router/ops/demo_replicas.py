@@ -28,7 +28,15 @@ from router.app import create_app, reload_once
 from router.config import Config, LogConfig, ReplicasConfig, SupervisorConfig
 from router.learning.online import ONLINE
 from router.learning.relearn import LEARNER
-from router.ops.demo import Stop, _backends, _Collect, _replay, demo_policy, format_table
+from router.ops.demo import (
+    Stop,
+    _backends,
+    _Collect,
+    _replay,
+    demo_policy,
+    demo_tokens,
+    format_table,
+)
 from router.ops.workload import FUNCTIONS, requests_for
 from router.replicas.link import REPLICAS
 from router.serve import start_site
@@ -37,6 +45,16 @@ from router.state import CONFIG, Deps
 NAMES = ("a", "b", "c", "d")
 SYNC_S = 0.2  # each replica publishes its sums and reads the others' this often
 CONVERSATION = "demo-conversation"
+
+
+def run_demo_replicas(
+    *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
+    replicas: int,
+) -> int:
+    """The demo with `replicas` proxies sharing one store, behind nginx."""
+    tokens, edit_tokens = demo_tokens(backends, max_tokens)
+    return asyncio.run(demo_replicas(backends, requests, tokens, min_samples,
+                                     Path(out).resolve(), edit_tokens, replicas))
 
 
 async def demo_replicas(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
