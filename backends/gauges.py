@@ -11,7 +11,7 @@ router adds what they show beyond its own in-flight work to the finish rule's qu
 | sglang   | `sglang:num_running_reqs`      | `sglang:num_queue_reqs`          |
 
 ds4 and a generic OpenAI server have none. Replicas share their own requests in flight in any
-case (router/replicas); the gauges add the requests that bypassed every replica.
+case (router/replicas/link); the gauges add the requests that bypassed every replica.
 A gauge that is missing, not a number, negative or infinite makes the whole scrape untrusted.
 """
 

@@ -121,27 +121,35 @@ HeaderHook = Callable[["ForwardResult"], Mapping[str, str]]
 AnsweredHook = Callable[[], Awaitable[None]]
 
 
-async def forward(
-    request: web.Request,
-    session: aiohttp.ClientSession,
-    targets: Sequence[Target],
-    path: str,
-    body: bytes | None,
-    *,
-    result: ForwardResult,
-    clock: Clock,
-    options: ForwardOptions = ForwardOptions(),
-    response_headers: HeaderHook | None = None,
-    answered: AnsweredHook | None = None,
-) -> web.StreamResponse:
-    """Send `body` to the first target that takes it; relay its answer to `request`'s client.
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """One request on its way upstream: the client's request it answers, the session it goes
+    through, the targets in failover order, the path and body sent, the clock, the options,
+    and the caller's hooks. `response_headers(result)` adds headers to the client's response
+    once the backend is known; `answered()` is awaited when the engine's answer is all in,
+    before its last bytes go to the client (not when the answer broke off)."""
+
+    request: web.Request
+    session: aiohttp.ClientSession
+    targets: Sequence[Target]
+    path: str
+    body: bytes | None
+    clock: Clock
+    options: ForwardOptions = ForwardOptions()
+    response_headers: HeaderHook | None = None
+    answered: AnsweredHook | None = None
+
+
+async def forward(outbound: Outbound, result: ForwardResult) -> web.StreamResponse:
+    """Send the body to the first target that takes it; relay its answer to the client.
 
     `result` is the caller's, filled as the request goes, so that a caller cancelled midway
-    (the client hung up) still knows which backend served what. `response_headers(result)`
-    adds headers to the client's response once the backend is known; `answered()` is awaited
-    when the engine's answer is all in, before its last bytes go to the client (not when the
-    answer broke off).
+    (the client hung up) still knows which backend served what.
     """
+    request, session, targets, path, body = (outbound.request, outbound.session,
+                                             outbound.targets, outbound.path, outbound.body)
+    clock, options = outbound.clock, outbound.options
+    response_headers, answered = outbound.response_headers, outbound.answered
     for index, target in enumerate(targets):
         last = index == len(targets) - 1
         if result.sent_at is None:

@@ -79,8 +79,9 @@ from scipy.optimize import linprog  # type: ignore[import-untyped]
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
-from bench.learning import POLICY_PATH, poisson_arrivals
+from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
+from bench.machines import POLICY_PATH
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.app import create_app
 from router.config import Config, LearnConfig, LoadConfig, LogConfig

@@ -14,8 +14,8 @@ request sequence and arrival times:
 
 - `specroute`: the real decision (`policies.decision.decide` over the shipped policy, the shipped
   classifier, the policy's prior unless `--prior` says another, Thompson draws), the real
-  in-flight tracker (`router.pool.BackendPool`), the startup probe's records
-  (`router.pace_probe`) and the model updated online from each outcome as the proxy does
+  in-flight tracker (`router.instances.pool.BackendPool`), the startup probe's records
+  (`router.instances.pace_probe`) and the model updated online from each outcome as the proxy does
   (`policies.learner.routemodel.observe`); from a cold start.
 - `always-mtp` / `always-plain`: the static flag: both instances with it, least connections.
 - `least_conn`: nginx's `least_conn` over the mtp/plain pair (fewest in flight; ties in turn).
@@ -44,7 +44,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from statistics import NormalDist
 from typing import Final
 
@@ -52,28 +51,26 @@ from backends.capability import PROBE_KINDS, ProbeResult, TimedProbe, probe_body
 from backends.local.simulator import MACHINES, SimState, decode_plan, prompt_tokens_of
 from backends.spec import BackendSpec
 from backends.stats import UpstreamReport
+from bench.machines import POLICY_PATH, machine_states, workload_acceptance
 from bench.traffic import MIXES, TrafficRequest, make_mix
 from classifiers.features import Features, extract
 from classifiers.model import load_artifact
 from classifiers.request_view import view_request
+from classifiers.scorer import Scorer
 from classifiers.scores import Scores
 from fileio.yamlfile import load_model
 from policies.decision.ask import Ask, State
 from policies.decision.decide import decide
-from policies.learner.learned import acceptance_for_speedup, predicted_speedup
+from policies.learner.learned import predicted_speedup
 from policies.learner.observation import Observation, observation_from_record, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, observe
 from policies.learner.speedup import PriorTerms
 from policies.policyfile.machine import BUILTIN, MachinePrior
 from policies.policyfile.schema import Policy
 from policies.store import load_prior
-from router.pace_probe import probe_records
-from router.pool import BackendPool
-from router.scoring import Scorer
+from router.instances.pace_probe import probe_records
+from router.instances.pool import BackendPool
 
-GB10_SPEEDUP: Final = {"agent": 1.094, "code": 1.065, "technical": 1.044, "prose": 0.964,
-                       "chat": 0.963}
-POLICY_PATH: Final = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
 PAIR: Final = (("mtp-0", "mtp"), ("plain-0", "plain"))
 # The machines every run compares by default (the GB10 first: the figures it was built for).
 DEFAULT_MACHINES: Final = ("gb10", "gb10-like", "slow-verify", "cheap-verify")
@@ -103,31 +100,6 @@ class Item:
         return self.arms["plain"].tokens
 
 
-def workload_acceptance() -> dict[str, float]:
-    """Acceptance on verified cycles per class: what gives the GB10's published speedups under
-    its step costs. A property of the text, not of the machine: every machine uses it."""
-    cost = MACHINES["gb10"]
-    share = 1 - cost.gate_skip
-    steps = (cost.t_plain_ms, cost.t_plain_ms + cost.t_draft_ms, cost.t_verify_ms + cost.t_draft_ms)
-    return {c: min(1.0, max(0.0, acceptance_for_speedup(s, share, *steps)))
-            for c, s in GB10_SPEEDUP.items()}
-
-
-def machine_states(machine: str) -> dict[str, SimState]:
-    """The simulated pair on `machine`: ds4 on a GB10-like box speculates only greedy decoding,
-    llama.cpp-like engines speculate sampled requests too."""
-    cost = MACHINES[machine]
-    greedy_only = machine.startswith("gb10")
-    return {p: SimState(profile=p, cost=cost, acceptance=workload_acceptance(), reply_tokens=512,
-                        class_of=_class_of, serial=True, greedy_only=greedy_only)
-            for p in ("mtp", "plain")}
-
-
-def _class_of(body: object) -> str:
-    meta = body.get("metadata") if isinstance(body, dict) else None
-    return str(meta.get("bench_class", "technical")) if isinstance(meta, dict) else "technical"
-
-
 def measure(requests: Sequence[TrafficRequest], machine: str = "gb10") -> list[Item]:
     """Features and the shipped classifier's scores, and the simulator's plan on each profile
     of `machine`."""
@@ -152,7 +124,7 @@ def _arm(state: SimState, body: dict[str, object]) -> Arm:
 
 def probe_evidence(machine: str, policy: Policy, scorer: Scorer) -> RouteEvidence:
     """What the proxy's startup probe teaches on `machine`: each probe request (a copy-heavy
-    and a free-form one) timed on each instance, taken as records (`router.pace_probe`, the
+    and a free-form one) timed on each instance, taken as records (`router.instances.pace_probe`, the
     proxy's own code)."""
     timed: dict[str, dict[str, TimedProbe]] = {}
     for name, profile in PAIR:

@@ -27,7 +27,7 @@ import aiohttp
 
 from backends.local.simulator import MACHINES, create_sim_app
 from backends.spec import BackendSpec
-from bench.learning import POLICY_PATH, machine_states
+from bench.machines import POLICY_PATH, machine_states
 from bench.traffic import MIXES, TrafficRequest, make_mix
 from router.app import create_app
 from router.config import Config, LearnConfig, LogConfig

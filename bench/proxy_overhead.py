@@ -233,7 +233,7 @@ async def wait_ready(url: str, timeout_s: float = 60.0) -> None:
     raise RuntimeError(f"{url} did not become ready")
 
 
-def nginx_conf(work: Path, port: int, upstream_port: int) -> Path:
+def write_nginx_conf(work: Path, port: int, upstream_port: int) -> Path:
     conf = work / "nginx.conf"
     conf.write_text(f"""
 worker_processes 1;
@@ -553,7 +553,7 @@ async def main(args: argparse.Namespace) -> None:
         nginx_bin = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
         if nginx_bin and not args.skip_nginx:
             ng_port = free_port()
-            conf = nginx_conf(work, ng_port, up_port)
+            conf = write_nginx_conf(work, ng_port, up_port)
             nginx = spawn([nginx_bin, "-c", str(conf), "-g", "daemon off;"], work / "nginx.log")
             processes.append(nginx)
             targets.append(Target("nginx", f"http://127.0.0.1:{ng_port}", nginx,

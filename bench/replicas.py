@@ -72,8 +72,9 @@ from backends.local.redisserver import RedisServer, redis_binary, start_redis
 from backends.local.simulator import MACHINES, SimState, create_sim_app, decode_plan
 from backends.spec import BackendSpec
 from backends.stats import parse_sample
-from bench.learning import POLICY_PATH, machine_states, poisson_arrivals
+from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS, closed_loop, completion_tokens, nginx_conf
+from bench.machines import POLICY_PATH, machine_states
 from bench.proxy_overhead import (
     Target,
     children,
@@ -97,7 +98,7 @@ from router.config import (
     ReplicasConfig,
     SupervisorConfig,
 )
-from router.online import model_status
+from router.learning.online import model_status
 from router.serve import start_site
 
 SETUPS: Final = ("least_conn", "single", "2 replicas", "killed")

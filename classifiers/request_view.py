@@ -100,7 +100,7 @@ def _view_completions(body: dict[str, Any]) -> RequestView:
 
 def _token_id(value: object) -> bool:
     """An integer, as JSON Schema counts them: an integral number (an integer past 64 bits
-    arrives as a float from the fast parser, router.json_body)."""
+    arrives as a float from the fast parser, router.request.json_body)."""
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.decision.arms import metric_for, rank_arms
+from policies.decision.arm_choice import metric_for, rank_arms
 from policies.decision.route import Routed
 from policies.learner.arms import ArmsState
 from policies.policyfile.pools import PoolRoute

@@ -1,7 +1,8 @@
 """`create_app(config, deps=...)`: the aiohttp application, its state and its background work.
 
 State lives in typed `web.AppKey`s; the HTTP client session, the decision log and background
-tasks live in `cleanup_ctx`; `/metrics` and `/dashboard` are add-ons (`router.addons`). Nothing
+tasks live in `cleanup_ctx`; the rooms' background loops (the supervisor, the learner, the
+engines' gauges, the replicas) and `/metrics` and `/dashboard` (`router.addons`) are add-ons. Nothing
 here is a module-level singleton: two apps in one process (as in tests) share nothing.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
 import aiohttp
@@ -21,41 +22,46 @@ from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
 from policies import PolicyStore, SessionTable, learned_path_for, paces
-from router import handlers, peer_load
-from router.addons.addon import install
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
 from router.config import Config
-from router.engine_load import engine_gauges
-from router.errors import openai_errors
-from router.learning import background_learner
-from router.online import OnlineModel
-from router.pace_probe import measured_notes, probe_records
-from router.peer_load import peer_streams
-from router.pool import BackendPool
-from router.replicas import replica_id, replicas
-from router.scoring import ScorerHolder
-from router.sinks import RecordQueue, RecordSink, SinkHealth, write_batch
+from router.edge import handlers
+from router.instances.engine_load import EngineGauges
+from router.instances.pace_probe import measured_notes, probe_records
+from router.instances.pool import POOL, BackendPool
+from router.instances.supervision import Supervision
+from router.learning.online import ONLINE, OnlineModel
+from router.learning.relearn import LEARNER, BackgroundLearner, Learner
+from router.learning.scorer_holder import SCORER, ScorerHolder
+from router.learning.sinks import (
+    RECORDS,
+    SINK_HEALTH,
+    SINKS,
+    RecordQueue,
+    SinkHealth,
+    write_batch,
+)
+from router.replicas.link import replica_id
+from router.replicas.loops import ReplicaSharing
+from router.replicas.peer_load import PeerLoad
+from router.request.core import CORE, Core
+from router.request.errors import openai_errors
 from router.state import (
     ASK_MEMO,
     CONFIG,
     DEPS,
-    ONLINE,
     POLICY,
-    POOL,
     PROBE,
-    RECORDS,
-    SCORER,
     SESSION,
     SESSIONS,
-    SINK_HEALTH,
-    SINKS,
     TASKS,
     TOKENS,
     TOOLS_MEMO,
+    TURN_SHARERS,
+    Addon,
     Deps,
+    RecordSink,
 )
-from router.supervision import supervise
 
 log = structlog.get_logger("specroute")
 # Shorter than the backends' own keep-alive (5 s for llama-server and uvicorn).
@@ -85,26 +91,41 @@ def create_app(config: Config, *, deps: Deps | None = None) -> web.Application:
     sinks: list[RecordSink] = [online]
     app[SINKS] = sinks
     app[TASKS] = set()
+    app[TURN_SHARERS] = []
+    app[LEARNER] = Learner(store, config.log.path, deps.clock)
     app[TOOLS_MEMO] = ToolsMemo()
     app[ASK_MEMO] = AskMemo()
+    # The app's own set-up and tear-down, in this order, and the add-ons' after them: the
+    # supervisor's start-up probe is recorded once the decision log is open.
     app.cleanup_ctx.append(_client_session)
-    app.cleanup_ctx.append(supervise)
-    app.cleanup_ctx.append(_decision_log)
-    app.cleanup_ctx.append(_record_probe)
-    app.cleanup_ctx.append(_reloader)
-    app.cleanup_ctx.append(background_learner)
-    app.cleanup_ctx.append(engine_gauges)
-    app.cleanup_ctx.append(replicas)
-    app.cleanup_ctx.append(peer_streams)  # after replicas: it follows their link
+    install(app, [Supervision()])
+    app.cleanup_ctx.extend([_decision_log, _record_probe, _reloader])
     handlers.add_routes(app)
-    peer_load.add_routes(app)
     metrics = MetricsAddon(admin_token=config.admin.token)
-    install(app, [metrics, DashboardAddon(admin_token=config.admin.token)])
+    install(app, [BackgroundLearner(), EngineGauges(), ReplicaSharing(),
+                  PeerLoad(),  # after the replicas' sharing: it follows their link
+                  metrics, DashboardAddon(admin_token=config.admin.token)])
     app[SINKS].extend(deps.sinks)
     # A sink that fails is counted on /metrics as well as reported on /readyz.
     app[SINK_HEALTH] = SinkHealth(on_failure=metrics.metrics.inc_sink_failure)
     app[RECORDS] = RecordQueue(app[SINKS], app[SINK_HEALTH], interval_s=deps.record_interval_s)
+    app[CORE] = Core(
+        config=config, deps=deps, pool=app[POOL], policy=store, sessions=app[SESSIONS],
+        online=online, scorer=app[SCORER], count_tokens=app[TOKENS], tools_memo=app[TOOLS_MEMO],
+        ask_memo=app[ASK_MEMO], records=app[RECORDS], tasks=app[TASKS],
+        turn_sharers=app[TURN_SHARERS],
+    )
     return app
+
+
+def install(app: web.Application, addons: Sequence[Addon]) -> None:
+    """Each add-on's routes on `app`, the add-on among its record sinks when it takes records,
+    its cleanup_ctx run."""
+    for addon in addons:
+        addon.add_routes(app)
+        if addon.takes_records:
+            app[SINKS].append(addon)
+        app.cleanup_ctx.append(addon.cleanup_ctx)
 
 
 def _load_tokens(config: Config) -> TokenCounter | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from policies.commands import ConfigFacts
+    from policies.policy_commands import ConfigFacts
 
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -133,10 +133,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _registrars() -> list[Callable[[Subparsers], None]]:
     """The `register` functions of the other packages' command modules (`backends` and
     `policies` are handed the config loader: the config's schema lives here, in `router`)."""
-    from backends import commands as backend_commands
-    from classifiers import commands as classifier_commands
-    from policies import commands as policy_commands
-    from router.ops import commands as ops_commands
+    from backends import backend_commands
+    from classifiers import classifier_commands
+    from policies import policy_commands
+    from router.ops import ops_commands
 
     return [
         lambda sub: backend_commands.register(sub, load_config=lambda p: load_config(p).backends),
@@ -148,8 +148,8 @@ def _registrars() -> list[Callable[[Subparsers], None]]:
 
 def _config_facts(path: str) -> ConfigFacts:
     """What `policy check | explain --config` need from a config.yaml."""
-    from policies.commands import ConfigFacts
-    from router.replicas import replica_id
+    from policies.policy_commands import ConfigFacts
+    from router.replicas.link import replica_id
 
     config = load_config(path)
     return ConfigFacts(
@@ -214,14 +214,19 @@ def _with_listen(config: Config, host: str | None, port: int | None) -> Config:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from router.ops.demo import run_demo
-
     if args.replicas > 1 and args.front != "proxy":
         print("specroute demo: --replicas runs behind nginx (--front proxy)", file=sys.stderr)
         return 2
+    if args.replicas > 1:
+        from router.ops.demo_replicas import run_demo_replicas
+
+        return run_demo_replicas(backends=args.backends, requests=args.requests,
+                                 max_tokens=args.max_tokens, min_samples=args.min_samples,
+                                 out=args.out, replicas=args.replicas)
+    from router.ops.demo import run_demo
+
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out, front=args.front,
-                    replicas=args.replicas)
+                    min_samples=args.min_samples, out=args.out, front=args.front)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from backends.spec import BackendSpec
 from fileio.yamlfile import ConfigError, load_model
 from policies import DEFAULT_POLICY, POOL_NAME, ROUTE_WORDS
 
-SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by router.scoring
+SCORER_NAMES = ("default", "rules", "")  # not paths: resolved by classifiers.scorer
 
 
 class _Strict(BaseModel):

@@ -17,7 +17,7 @@ from backends.supervisor import BackendStartError
 from decisionlog.writer import LogFileError
 from router.app import create_app
 from router.config import Config, ConfigError
-from router.httpserver import Beside, make_runner, serve
+from router.edge.httpserver import Beside, make_runner, serve
 from router.state import Deps
 
 # The collector's youngest pass runs every 700 container allocations by default: a few times per

@@ -1,4 +1,8 @@
-"""The app's state: typed keys, injected dependencies, and the holders they point to."""
+"""The app's injected dependencies (`Deps`) and the keys of what the app holds that no room of
+`router/` owns: the config, the policy store, the conversations, the HTTP client session, the
+tokenizer, the memos, the supervisor and the probe's answers. A holder of `router/`'s own keeps
+its key beside it (`instances.pool.POOL`, `learning.online.ONLINE`, ...), so this module
+imports no room of `router/` and every room may import it."""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -18,16 +22,16 @@ from backends.capability import ProbeResult
 from backends.supervisor import Supervisor
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
+from classifiers.scorer import Scorer
+from decisionlog.records import RouteRecord
 from policies import PolicyStore, SessionTable
 from router.config import Config
-from router.online import OnlineModel
-from router.pool import BackendPool
-from router.scoring import Scorer, ScorerHolder
-from router.sinks import RecordQueue, RecordSink, SinkHealth
 
-if TYPE_CHECKING:
-    from router.engine_load import GaugeScrapes
-    from router.replicas import ReplicaLink
+
+class RecordSink(Protocol):
+    """Takes each finished request's record (router/learning/sinks hands them over)."""
+
+    def write_record(self, record: RouteRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -57,22 +61,41 @@ def request_ids() -> Callable[[], str]:
 
 CONFIG = web.AppKey("config", Config)
 DEPS = web.AppKey("deps", Deps)
-POOL = web.AppKey("pool", BackendPool)
-SCORER = web.AppKey("scorer", ScorerHolder)
 POLICY = web.AppKey("policy", PolicyStore)
 SESSIONS = web.AppKey("sessions", SessionTable)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 TOKENS: web.AppKey[TokenCounter | None] = web.AppKey("count_tokens")
-SINKS = web.AppKey("sinks", list[RecordSink])
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 TOOLS_MEMO = web.AppKey("tools_memo", ToolsMemo)
 ASK_MEMO = web.AppKey("ask_memo", AskMemo)
-SINK_HEALTH = web.AppKey("sink_health", SinkHealth)
-RECORDS = web.AppKey("records", RecordQueue)  # finished requests whose records are due
-ONLINE = web.AppKey("online", OnlineModel)
 PROBE = web.AppKey("probe", ProbeResult)  # the startup probe's answers, until recorded
-# backend -> its gauge scrapes (router/engine_load.GaugeScrapes)
-GAUGE_SCRAPES: web.AppKey[dict[str, GaugeScrapes]] = web.AppKey("gauge_scrapes")
-REPLICAS: web.AppKey[ReplicaLink] = web.AppKey("replicas")  # only with `replicas.store`
+# Told of each served turn (conversation, instance, profile, prompt tokens) after the session
+# table: the replicas' shared stream when `replicas.store` is set (router/replicas/link).
+TurnSharer = Callable[[str, str, str, int], None]
+TURN_SHARERS = web.AppKey("turn_sharers", list[TurnSharer])
 # work that must finish even if its request is cancelled
 TASKS: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("tasks")
+
+
+class Addon:
+    """An optional part of the app, kept off the request path (after mitmproxy's addons): what
+    it serves, what it does with each record, the work it runs while the app runs
+    (`router.app.install` wires all three). No routes, takes no records, runs nothing:
+    subclasses override what they need. The background loops of the rooms are add-ons too."""
+
+    sink_name = "addon"  # names the add-on where its records are accounted for
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the add-on's HTTP routes to `app`."""
+
+    def write_record(self, record: RouteRecord) -> None:
+        """Take one decision-log record (called once per request, after the decision log)."""
+
+    async def cleanup_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        """Set up before the app serves, tear down after (an aiohttp `cleanup_ctx`)."""
+        yield
+
+    @property
+    def takes_records(self) -> bool:
+        """Whether it is a record sink: it overrides `write_record`."""
+        return type(self).write_record is not Addon.write_record

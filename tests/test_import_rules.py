@@ -30,9 +30,29 @@ ROOMS = {
     "policies/learner/": {"policies.policyfile", "policies.learner"},
     "policies/decision/": {"policies.policyfile", "policies.learner", "policies.decision"},
 }
+# The rooms of `router/`, from the floor up, and the rooms of `router/` each may import: the
+# config and the app's state at the bottom, then the learning loop and the instances, a
+# request's plan and record, the replicas, and the front ends and add-ons on top. The top level
+# only assembles the app (`ROUTER_TOP`).
+_BELOW_REQUEST = {"router.config", "router.state", "router.learning", "router.instances"}
+ROUTER_ROOMS = {
+    "router/state.py": {"router.config"},
+    "router/learning/": {"router.config", "router.state", "router.learning"},
+    "router/instances/": {"router.config", "router.state", "router.instances"},
+    "router/request/": _BELOW_REQUEST | {"router.request"},
+    "router/replicas/": _BELOW_REQUEST | {"router.request", "router.replicas"},
+    "router/edge/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge"},
+    "router/epp/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge",
+                                     "router.epp"},
+    "router/addons/": _BELOW_REQUEST | {"router.request", "router.replicas", "router.edge",
+                                        "router.addons"},
+}
+ROUTER_TOP = {"__init__.py", "__main__.py", "app.py", "cli.py", "config.py", "serve.py",
+              "state.py"}
+ROOM_MAX_MODULES = 8  # a room past this is split by job
 # What `from policies import X` may name (the package's `__all__`, read from its source).
 POLICIES_SURFACE: set[str] = set()
-LEARNER_IO = {"policies.learner.armstore", "policies.store", "fileio"}
+LEARNER_IO = {"policies.store", "fileio"}
 # Parts of a package that the rest of it must not import: (the part, who may import it).
 APART = [
     # the operator's tools: only the CLI starts them
@@ -40,13 +60,13 @@ APART = [
     # add-ons (metrics, dashboard): installed by the app, never called by the request path
     ("router.addons", ["router/addons/", "router/app.py"]),
     # who may read the operator pages: asked by the add-ons that serve them, not the API
-    ("router.admin", ["router/admin.py", "router/addons/"]),
+    ("router.edge.admin", ["router/edge/admin.py", "router/addons/"]),
     # the HTTP server with its parser errors shaped: run by `serve` only
-    ("router.httpserver", ["router/httpserver.py", "router/serve.py"]),
+    ("router.edge.httpserver", ["router/edge/httpserver.py", "router/serve.py"]),
     # training and the corpus builder (scikit-learn, downloads): never on the request path
-    ("classifiers.training", ["classifiers/training/", "classifiers/commands.py"]),
+    ("classifiers.training", ["classifiers/training/", "classifiers/classifier_commands.py"]),
     # building llama.cpp and the simulated engine: not the engine adapters
-    ("backends.local", ["backends/local/", "backends/commands.py"]),
+    ("backends.local", ["backends/local/", "backends/backend_commands.py"]),
 ]
 # Modules that must stay pure: no network, no files, no clock (ARCHITECTURE.md "pure core").
 PURE = [
@@ -59,12 +79,12 @@ PURE = [
     "policies/learner/routemodel.py", "policies/policyfile/machine.py",
     "policies/decision/sessions.py", "policies/policyfile/rewrite.py",
     "policies/policyfile/pools.py", "policies/decision/route.py", "policies/learner/arms.py",
-    "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/paths.py",
+    "policies/learner/arm_rows.py", "policies/explain_routes.py", "router/edge/paths.py",
     "policies/learner/pace.py", "policies/decision/pins.py", "policies/decision/ask.py",
-    "policies/policyfile/words.py", "router/json_body.py", "router/upstream_body.py",
-    "router/routing.py", "classifiers/text.py", "classifiers/memos.py",
+    "policies/policyfile/words.py", "router/request/json_body.py", "router/request/upstream_body.py",
+    "router/request/routing.py", "classifiers/text.py", "classifiers/memos.py",
     "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
-    "router/contention.py", "classifiers/copying.py",
+    "router/instances/contention.py", "classifiers/copying.py", "router/replicas/wire.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
@@ -147,11 +167,35 @@ def test_each_room_of_policies_imports_only_what_it_may(room: str) -> None:
     assert offenders == {}, f"imports across the rooms of policies/: {offenders}"
 
 
+@pytest.mark.parametrize("room", sorted(ROUTER_ROOMS))
+def test_each_room_of_router_imports_only_the_rooms_below(room: str) -> None:
+    paths = [ROOT / room] if room.endswith(".py") else sorted((ROOT / room).rglob("*.py"))
+    offenders = {}
+    for path in paths:
+        rooms = {".".join(m.split(".")[:2]) for m in _modules(path)
+                 if m.startswith("router.")}
+        if wrong := sorted(rooms - ROUTER_ROOMS[room]):
+            offenders[_relative(path)] = wrong
+    assert offenders == {}, f"imports across the rooms of router/: {offenders}"
+
+
+def test_router_top_level_only_assembles_the_app() -> None:
+    top = {path.name for path in (ROOT / "router").glob("*.py")}
+    assert top - ROUTER_TOP == set(), "a module of router/'s top level belongs in a room"
+    rooms = {path.parent for path in (ROOT / "router").glob("*/*.py")}
+    assert {f"router/{room}/" for room in ("edge", "request", "instances", "learning",
+                                           "replicas")} <= {f"{_relative(r)}/" for r in rooms}
+    crowded = {_relative(room): n for room in rooms
+               if (n := len([p for p in room.glob("*.py") if p.name != "__init__.py"]))
+               > ROOM_MAX_MODULES}
+    assert crowded == {}, f"rooms of router/ past {ROOM_MAX_MODULES} modules: {crowded}"
+
+
 def test_router_uses_policies_through_its_public_surface() -> None:
-    """`policies/__init__` names what `router/` may use; the CLI also starts `policies.commands`."""
+    """`policies/__init__` names what `router/` may use; the CLI also starts `policies.policy_commands`."""
     offenders = {
         _relative(path): sorted(m for m in _modules(path) if m.startswith("policies.")
-                                and not m.startswith("policies.commands")
+                                and not m.startswith("policies.policy_commands")
                                 and m.removeprefix("policies.") not in POLICIES_SURFACE)
         for path in _sources("router")
     }
@@ -163,7 +207,7 @@ def test_the_rules_see_every_import() -> None:
     """The checks above would pass vacuously on a parser that found nothing."""
     app = _modules(ROOT / "router" / "app.py")
     assert {"router.state", "decisionlog.writer"} <= app
-    assert "router.ops.commands" in _modules(ROOT / "router" / "cli.py")
+    assert "router.ops.ops_commands" in _modules(ROOT / "router" / "cli.py")
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -7,7 +7,7 @@ Pure: no I/O, no clock, no globals. In this order:
    request sent unchanged. A header naming a named pool sends the request there, unchanged.
 2. The class route for the request's endpoint. A built-in route (`mtp | plain | auto`): `decide`
    as always, unchanged request.
-3. A pool route: an arm is chosen among the route's own arms (`policies.decision.arms`, from the
+3. A pool route: an arm is chosen among the route's own arms (`policies.decision.arm_choice`, from the
    learner's sums), and its rewrite
    is applied to the features, so that the rules after it judge the request as it will be sent.
    A built-in pool (`mtp`, `plain`, `auto`) then goes through `decide` (sampled, thinking and
@@ -17,7 +17,7 @@ Pure: no I/O, no clock, no globals. In this order:
 
 Whatever allowed the instances, one rule picks among them: the soonest predicted finish
 (`policies.decision.decide.place`, `policies.decision.finish`), for a pool of any size. The uniform `draw` first
-serves the arm's exploration (`policies.decision.arms`), and what is left of it becomes the finish rule's
+serves the arm's exploration (`policies.decision.arm_choice`), and what is left of it becomes the finish rule's
 Thompson draw.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from policies.decision.arms import choose_arm
+from policies.decision.arm_choice import choose_arm
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision, decide, failover_order, place
 from policies.decision.finish import normal_draw

@@ -3,7 +3,7 @@ requests took, as sums that add (count, sum and sum of squares of the decode rat
 total time), so that the log's pass, the online path and several replicas combine the same way.
 
 Pure: observations in, an `ArmsState` out, and its JSON; no I/O, no clock, no globals.
-`policies.decision.arms` chooses an arm from it.
+`policies.decision.arm_choice` chooses an arm from it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from policies.policyfile.rewrite import logged_features_as_sent
 from policies.policyfile.schema import Assume
 from policies.policyfile.words import PROFILES
 
-# The decision reason of a startup probe's record (router/pace_probe): the proxy timed a short
+# The decision reason of a startup probe's record (router/instances/pace_probe): the proxy timed a short
 # greedy generation on the instance before any client request.
 PROBE_REASON: Final = "probe"
 

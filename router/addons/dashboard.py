@@ -36,10 +36,10 @@ from decisionlog.summary import (
     total,
 )
 from policies import arm_rows
-from router.addons.addon import Addon
-from router.admin import guard_admin, is_loopback
-from router.online import model_status
-from router.state import DEPS, ONLINE, POOL
+from router.edge.admin import guard_admin, is_loopback
+from router.instances.pool import POOL
+from router.learning.online import ONLINE, model_status
+from router.state import DEPS, Addon
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
 _NICE_BUCKETS_S: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)

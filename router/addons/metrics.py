@@ -27,10 +27,12 @@ from decisionlog.summary import (
     record_reason,
     record_tps,
 )
-from router.addons.addon import Addon
-from router.admin import guard_admin
-from router.online import model_status
-from router.state import DEPS, GAUGE_SCRAPES, ONLINE, POLICY, POOL, REPLICAS, SUPERVISOR
+from router.edge.admin import guard_admin
+from router.instances.engine_load import GAUGE_SCRAPES
+from router.instances.pool import POOL
+from router.learning.online import ONLINE, model_status
+from router.replicas.link import REPLICAS
+from router.state import DEPS, POLICY, SUPERVISOR, Addon
 
 _OVERHEAD_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 _TTFT_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -110,14 +112,14 @@ class Metrics:
             ["backend"], namespace=ns, registry=reg)
         self.collision_risk = Gauge(
             "replica_collision_risk", "The learned chance that a request sent to an instance that "
-            "looked free meets another replica's, sent there as blind (router/contention)",
+            "looked free meets another replica's, sent there as blind (router/instances/contention)",
             namespace=ns, registry=reg)
         self.channel_latency = Gauge(
             "replica_channel_latency_seconds", "How long this replica's published load takes to "
             "come back on the store's channel (recent highs)", namespace=ns, registry=reg)
         self.load_direct = Gauge(
             "replica_load_direct", "Other replicas whose load this one hears on a stream from "
-            "them (router/peer_load), not through the store", namespace=ns, registry=reg)
+            "them (router/replicas/peer_load), not through the store", namespace=ns, registry=reg)
         self.passed_on = Counter(
             "replica_passed_on", "Requests this replica passed to the replica whose share held "
             "their instance: answered there, not taken (sent from here), or declined there (its "

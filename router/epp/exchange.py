@@ -1,6 +1,6 @@
 """One HTTP request as the picker sees it on Envoy's ext_proc stream: its headers and body in,
 the choice out; then its answer's headers and body passed through, observed on the way, and
-the same bookkeeping and decision-log record as in proxy mode (router/exchange).
+the same bookkeeping and decision-log record as in proxy mode (router/request/lifecycle).
 
 The request body comes in FULL_DUPLEX_STREAMED mode: it is buffered to its end (the decision
 needs all of it), then the headers' answer (the instances) and the body (as the engine must get
@@ -35,15 +35,18 @@ from backends.openai_error import error_body
 from backends.sse import SSESplitter, is_event_stream
 from backends.upstream import Target, engine_headers, withheld
 from router import state
+from router.edge.paths import MODELS, ROUTED, forwardable_path, refused_method
 from router.epp import messages
-from router.errors import (
+from router.instances.pool import POOL
+from router.request.core import CORE
+from router.request.errors import (
     RequestError,
     body_too_large,
     method_not_allowed,
     parse_error,
     unreadable_body,
 )
-from router.exchange import (
+from router.request.lifecycle import (
     Sending,
     models_listing,
     plan_for,
@@ -51,9 +54,8 @@ from router.exchange import (
     send_begins,
     settle_and_account,
 )
-from router.paths import MODELS, ROUTED, forwardable_path, refused_method
-from router.routing import RoutedRequest
-from router.upstream_body import upstream_body
+from router.request.routing import RoutedRequest
+from router.request.upstream_body import upstream_body
 
 Responses = list[ext_proc.ProcessingResponse]
 # The Content-Encodings aiohttp's parser undoes for the proxy; any other reaches it as sent.
@@ -151,11 +153,11 @@ class Exchange:
         try:
             raw = decoded_body(bytes(self.body), self.headers.get("content-encoding", ""),
                                app[state.CONFIG].limits.max_body_bytes)
-            plan = plan_for(app, self.endpoint, raw, self.headers, self.started,
+            plan = plan_for(app[CORE], self.endpoint, raw, self.headers, self.started,
                             among=self._allowed())
         except RequestError as exc:
             return self._refuse(exc)
-        pool = app[state.POOL]
+        pool = app[POOL]
         primary = plan.decision.backend
         if not primary:
             return self._refuse(RequestError(503, "No healthy instance can serve the request.",
@@ -163,7 +165,7 @@ class Exchange:
         spec = pool.runtime(primary).spec
         sent, tweaked = upstream_body(plan, raw, adapter_for(spec), self.path)
         self.added = Added(usage=tweaked.added_usage, meta_info=tweaked.added_meta_info)
-        sending = await send_begins(app, plan, self.started)
+        sending = await send_begins(app[CORE], app[state.SESSION], plan, self.started)
         self.named = pool.targets(plan.order if self.fallbacks else plan.order[:1])
         sending.result.trying(self.named[0])
         sending.result.sent_at = app[state.DEPS].clock()
@@ -177,7 +179,7 @@ class Exchange:
         """The instances the gateway's subset hint names (None: no hint, any instance)."""
         if self.subset is None:
             return None
-        pool = self.app[state.POOL]
+        pool = self.app[POOL]
         return [name for name in pool.names
                 if endpoint_of(pool.runtime(name).spec.base_url) in self.subset]
 
@@ -191,7 +193,7 @@ class Exchange:
 
     def _to_default(self) -> ext_proc.ProcessingResponse:
         app = self.app
-        pool, config = app[state.POOL], app[state.CONFIG]
+        pool, config = app[POOL], app[state.CONFIG]
         if forwardable_path(self.path) is None:
             self.done = True
             return _error(RequestError(404, "Unknown path.", code="not_found"))
@@ -212,7 +214,7 @@ class Exchange:
     async def _models(self) -> Responses:
         """`GET /v1/models` answered here, as the proxy answers it: every instance's list."""
         try:
-            listing = await models_listing(self.app)
+            listing = await models_listing(self.app[CORE], self.app[state.SESSION])
         except RequestError as exc:
             return self._refuse(exc)
         self.done = True
@@ -309,8 +311,9 @@ class Exchange:
             return
         if cut_short:
             sending.result.client_disconnected = True
-        self.app[state.POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
-        await settle_and_account(self.app, plan, sending, self.started)
+        self.app[POOL].end(plan.decision.backend, sending.ticket, self.app[state.DEPS].clock())
+        await settle_and_account(self.app[CORE], self.app[state.SESSION], plan, sending,
+                                 self.started)
 
 
 def decoded_body(raw: bytes, content_encoding: str, limit: int) -> bytes:

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from router import state
 from router.config import Config
 from router.epp.exchange import Exchange, endpoint_of
+from router.instances.pool import POOL
 
 log = structlog.get_logger("specroute")
 SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
@@ -105,7 +106,7 @@ async def serve_grpc(app: web.Application, host: str, port: int,
 
 async def _health(app: web.Application, servicer: health.aio.HealthServicer) -> None:
     while True:
-        ready = app[state.POOL].any_healthy(app[state.DEPS].clock())
+        ready = app[POOL].any_healthy(app[state.DEPS].clock())
         status = (health_pb2.HealthCheckResponse.SERVING if ready
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in HEALTH_SERVICES:

@@ -41,10 +41,11 @@ from decisionlog.records import RouteRecord
 from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, SupervisorConfig
-from router.learning import learn_now
+from router.learning.online import ONLINE
+from router.learning.relearn import LEARNER
 from router.ops.workload import WorkItem, class_by_key, last_text, requests_for
 from router.serve import start_site
-from router.state import CONFIG, ONLINE, Deps
+from router.state import CONFIG, Deps
 
 # Acceptance on verified cycles that reproduces the GB10 per-class speedups under the cost
 # model (agent +9.4%, code +6.5%, technical +4.4%, prose -3.6%, chat -3.7%); an edit's reply is
@@ -66,21 +67,23 @@ class _Collect:
 
 def run_demo(
     *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
-    front: str = "proxy", replicas: int = 1,
+    front: str = "proxy",
 ) -> int:
+    """The demo with one proxy in front (`--replicas 2`: router/ops/demo_replicas)."""
+    tokens, edit_tokens = demo_tokens(backends, max_tokens)
+    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
+                             front, edit_tokens))
+
+
+def demo_tokens(backends: str, max_tokens: int | None) -> tuple[int, int]:
+    """The max_tokens of each request and of an edit's answer (0: the request's own)."""
     # Short replies keep the real CPU pair quick; the simulated engines can afford longer ones,
     # which keeps per-request acceptance close to the class's (fewer cycles, more noise).
     tokens = max_tokens or (32 if backends == "local" else 128)
     # an edit's answer is the whole function: on the real instances, unless told otherwise, it
     # may run to 128 tokens (32 are mostly the preamble and the key prompt lookup must match)
     edit_tokens = 0 if max_tokens else 128
-    if replicas > 1:
-        from router.ops.demo_replicas import demo_replicas
-
-        return asyncio.run(demo_replicas(backends, requests, tokens, min_samples,
-                                         Path(out).resolve(), edit_tokens, replicas))
-    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
-                             front, edit_tokens))
+    return tokens, edit_tokens
 
 
 async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
@@ -108,7 +111,7 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         items = requests_for(n, model=model, max_tokens=max_tokens, edit_tokens=edit_tokens)
         names = [spec.name for spec in specs]
         true_class = await _replay(base_url, items, names, f"measure the {len(names)} instances")
-        learn_now(app, datetime.now(UTC))
+        app[LEARNER].learn_now(datetime.now(UTC))
         reload_once(app)
         print("\n".join(describe_model(app[ONLINE].model)))
         true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")

@@ -26,15 +26,35 @@ from backends.spec import BackendSpec
 from policies import Sums
 from router.app import create_app, reload_once
 from router.config import Config, LogConfig, ReplicasConfig, SupervisorConfig
-from router.learning import learn_now
-from router.ops.demo import Stop, _backends, _Collect, _replay, demo_policy, format_table
+from router.learning.online import ONLINE
+from router.learning.relearn import LEARNER
+from router.ops.demo import (
+    Stop,
+    _backends,
+    _Collect,
+    _replay,
+    demo_policy,
+    demo_tokens,
+    format_table,
+)
 from router.ops.workload import FUNCTIONS, requests_for
+from router.replicas.link import REPLICAS
 from router.serve import start_site
-from router.state import CONFIG, ONLINE, REPLICAS, Deps
+from router.state import CONFIG, Deps
 
 NAMES = ("a", "b", "c", "d")
 SYNC_S = 0.2  # each replica publishes its sums and reads the others' this often
 CONVERSATION = "demo-conversation"
+
+
+def run_demo_replicas(
+    *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
+    replicas: int,
+) -> int:
+    """The demo with `replicas` proxies sharing one store, behind nginx."""
+    tokens, edit_tokens = demo_tokens(backends, max_tokens)
+    return asyncio.run(demo_replicas(backends, requests, tokens, min_samples,
+                                     Path(out).resolve(), edit_tokens, replicas))
 
 
 async def demo_replicas(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
@@ -69,7 +89,7 @@ async def demo_replicas(backends: str, n: int, max_tokens: int, min_samples: int
         items = requests_for(n, model=model, max_tokens=max_tokens, edit_tokens=edit_tokens)
         true_class = await _replay(base_url, items, names, f"measure the {len(names)} instances")
         for app in apps.values():  # each learns its own log; the store adds the other's
-            learn_now(app, datetime.now(UTC))
+            app[LEARNER].learn_now(datetime.now(UTC))
             reload_once(app)
         await synced(apps)
         true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from backends.commands import register
+from backends.backend_commands import register
 from backends.spec import BackendSpec
 
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backends.measure import StreamMeter
-from backends.upstream import ForwardResult, Target, forward
+from backends.upstream import ForwardResult, Outbound, Target, forward
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 EVENTS = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n"]
@@ -62,9 +62,9 @@ class Proxy:
         async def handle(request: web.Request) -> web.StreamResponse:
             result = ForwardResult(meter=StreamMeter(started_at=time.monotonic()))
             target = Target("plain-0", "plain", self.engine_url)
-            return await forward(request, request.app[SESSION], [target], request.path,
-                                 await request.read(), result=result, clock=time.monotonic,
-                                 answered=self.answered)
+            return await forward(Outbound(request, request.app[SESSION], [target], request.path,
+                                          await request.read(), clock=time.monotonic,
+                                          answered=self.answered), result)
 
         async def session(app: web.Application) -> Any:
             app[SESSION] = aiohttp.ClientSession()

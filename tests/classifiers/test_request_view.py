@@ -183,7 +183,7 @@ def test_material_is_capped_from_the_newest_result_and_the_nearest_turn() -> Non
 
 @pytest.mark.parametrize("prompt", [[1, 2, 3], [-9373, float(-1193920434292303069184), 63771]])
 def test_a_prompt_of_token_ids_is_a_request_with_no_text(prompt: list[float]) -> None:
-    """An integer past 64 bits arrives as a float from the fast JSON parser (router.json_body):
+    """An integer past 64 bits arrives as a float from the fast JSON parser (router.request.json_body):
     still token ids, for the engine to judge (schemathesis found the 400 it used to get)."""
     view = view_request("completions", {"prompt": prompt})
     assert view.last_user_text == ""

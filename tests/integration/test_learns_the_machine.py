@@ -24,7 +24,8 @@ from policies.learner.observation import PROBE_REASON
 from policies.learner.speedup import inputs
 from router.app import create_app
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.state import ONLINE, Deps
+from router.learning.online import ONLINE
+from router.state import Deps
 from tests.integration.conftest import Pair
 from tests.router.conftest import ListSink
 

@@ -13,7 +13,7 @@ from yarl import URL
 
 from backends.local.simulator import Fault
 from decisionlog.records import STRING_CAP, parse_line
-from router.json_body import MAX_JSON_DEPTH
+from router.request.json_body import MAX_JSON_DEPTH
 from tests.router.conftest import ServerFactory, Stack, start_stack
 
 ENDPOINTS = {

@@ -12,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from router.openapi import openapi_document
+from router.edge.openapi import openapi_document
 from tests.router.live import LiveStack
 
 schema = schemathesis.openapi.from_dict(openapi_document())

@@ -24,8 +24,9 @@ from backends.spec import BackendSpec
 from decisionlog.records import parse_line, to_json
 from router.app import create_app, reload_once
 from router.config import Config, Limits, LogConfig, SupervisorConfig
-from router.learning import learn_now
-from router.state import ONLINE, Deps
+from router.learning.online import ONLINE
+from router.learning.relearn import LEARNER
+from router.state import Deps
 from tests.router.conftest import ListSink, ServerFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,7 +350,7 @@ async def test_a_route_s_arms_are_explored_within_the_route_and_learned(
     assert (stats[arm].n, stats["plain"].n) == (3, 3)
     # the learning run's one pass writes them into the one learned state; nothing is counted
     # twice once it is in force
-    state = learn_now(stack.proxy.app, datetime(2026, 1, 1, tzinfo=UTC))
+    state = stack.proxy.app[LEARNER].learn_now(datetime(2026, 1, 1, tzinfo=UTC))
     assert state.arms.stats["chat/en"][arm].n == 3
     reload_once(stack.proxy.app)
     after = stack.proxy.app[ONLINE].arms.stats["chat/en"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from decisionlog.records import parse_lines
-from policies.decision.arms import choose_arm, metric_for
+from policies.decision.arm_choice import choose_arm, metric_for
 from policies.decision.ask import Ask, State
 from policies.decision.route import decide_route
 from policies.learner.arms import (

@@ -25,8 +25,7 @@ from router.addons.dashboard import (
     add_dashboard_routes,
     choose_bucket_s,
 )
-from router.online import model_status
-from router.state import ONLINE
+from router.learning.online import ONLINE, model_status
 from tests.missing import CHROMIUM as CHROMIUM_PACKAGE
 from tests.missing import skip_missing
 from tests.router.conftest import ServerFactory, Stack, start_stack

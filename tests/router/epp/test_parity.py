@@ -27,7 +27,8 @@ from router.config import Limits
 from router.epp import messages
 from router.epp.exchange import Exchange, endpoint_of
 from router.epp.server import Picker
-from router.state import DEPS, POOL, SESSIONS, Deps
+from router.instances.pool import POOL
+from router.state import DEPS, SESSIONS, Deps
 from tests.router.conftest import ListSink, ServerFactory, logged
 from tests.router.epp.test_picker import (
     ASKS,

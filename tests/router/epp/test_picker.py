@@ -28,7 +28,8 @@ from policies import observation_from_record
 from router.app import create_app
 from router.config import Config, LogConfig, SupervisorConfig
 from router.epp.server import PickerConfigError, check_endpoints, serve_grpc
-from router.state import DEPS, POOL, Deps
+from router.instances.pool import POOL
+from router.state import DEPS, Deps
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ListSink, ServerFactory, gb10_policy, logged
 

@@ -16,11 +16,11 @@ from backends.local.cache import free_loopback_port
 from backends.local.envoy import render_config
 from backends.local.redisserver import RedisServer
 from router.epp.server import serve_grpc
-from router.state import REPLICAS
+from router.replicas.link import REPLICAS
 from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ServerFactory
 from tests.router.epp.test_picker import ORIGINAL_DST
-from tests.router.test_replicas import (
+from tests.router.replicas.test_replicas import (
     LONG_TURN,
     STORY,
     Fleet,
@@ -31,7 +31,7 @@ from tests.router.test_replicas import (
     replica,
     replica_config,
 )
-from tests.router.test_replicas import client as proxy_client
+from tests.router.replicas.test_replicas import client as proxy_client
 
 
 @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ from backends.local.nginx import nginx_binary
 from backends.local.redisserver import redis_binary
 from decisionlog.records import Outcome, RouteRecord
 from router.ops.demo import format_table, run_demo
+from router.ops.demo_replicas import run_demo_replicas
 from tests.backends.local.test_envoy import require_envoy
 from tests.missing import NGINX, REDIS, skip_missing
 
@@ -92,8 +93,8 @@ def test_the_demo_with_two_replicas_behind_nginx_shares_what_each_learned(
     for binary, missing in ((redis_binary(), REDIS), (nginx_binary(), NGINX)):
         if binary is None:
             skip_missing(missing)
-    assert run_demo(backends="fake", requests=2, max_tokens=16, min_samples=1,
-                    out=str(tmp_path), replicas=2) == 0
+    assert run_demo_replicas(backends="fake", requests=2, max_tokens=16, min_samples=1,
+                             out=str(tmp_path), replicas=2) == 0
     printed = capsys.readouterr().out
     workload = {}
     for replica in ("a", "b"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from decisionlog.writer import DecisionLog
-from router.ops.commands import register
+from router.ops.ops_commands import register
 from router.ops.projection import (
     PRESETS,
     ProjectionError,

@@ -12,7 +12,7 @@ import pytest
 
 from decisionlog.records import RouteRecord, to_json
 from decisionlog.writer import DecisionLog
-from router.ops.commands import register
+from router.ops.ops_commands import register
 from router.ops.tail import RecordFilter, Tail, TailOptions, format_record
 from tests.decisionlog.examples import make_record
 
