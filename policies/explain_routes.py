@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.decision.arm_choice import metric_for, rank_arms
+from policies.decision.arm_choice import metric_for, rank_arms, variant_stats, variants_of
 from policies.decision.route import Routed
 from policies.learner.arms import ArmsState
 from policies.policyfile.pools import PoolRoute
@@ -47,20 +47,23 @@ def describe_arms(state: ArmsState, policy: Policy) -> list[str]:
         return []
     lines = ["", f"Arms ({state.n_observations} requests measured):"]
     for rule, route, cls, lang in routes:
-        arms = route.choices
-        metric = metric_for(arms)
-        stats = state.for_class(cls, lang, [a.key for a in arms], policy.exploration.min_samples,
-                                metric)
-        ranked = rank_arms(arms, stats, metric) if stats else list(arms)
+        variants = variants_of(route.choices)
+        leads = [variant[0] for variant in variants]
+        named = {variant[0].key: " | ".join(a.key for a in variant) for variant in variants}
+        metric = metric_for(leads)
+        stats = variant_stats(state, variants, cls, lang, policy.exploration.min_samples, metric)
+        ranked = rank_arms(leads, stats, metric) if stats else leads
         by = "decode rate" if metric == "decode_tps" else "time to the answer"
-        lines.append(f"  {rule} (compared on {by}):")
+        lines.append(f"  {rule} (compared on {by}; arms joined by | send the same request, "
+                     "the soonest predicted finish picks among them per request):"
+                     if len(variants) < len(route.choices) else f"  {rule} (compared on {by}):")
         for arm in ranked:
-            s = stats.get(arm.key)
+            s, name = stats.get(arm.key), named[arm.key]
             if s is None:
-                lines.append(f"    {arm.key:<48} no requests yet")
+                lines.append(f"    {name:<48} no requests yet")
                 continue
             lines.append(
-                f"    {arm.key:<48} {s.n:>5} requests  {s.decode_tps:7.1f} tok/s"
+                f"    {name:<48} {s.n:>5} requests  {s.decode_tps:7.1f} tok/s"
                 f"  {s.total_ms:9.0f} ms to the answer  {s.completion_tokens:7.0f} tokens"
             )
     return lines

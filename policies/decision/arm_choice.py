@@ -3,12 +3,16 @@ what the learner's sums say of it (`policies.learner.arms`).
 
 Pure: the arms' state and a uniform draw in, an `ArmChoice` out; no I/O, no clock, no globals.
 
-Arms that send the same request (the same rewrite, or none that changes the answer) produce the
-same answer, so they are compared on decode rate. Arms whose rewrites change the answer's length
-(thinking on or off, a different model alias, a length cap) are compared on the total time to
-the answer, as measured by the proxy. A route's first arm is its default until every arm has
-`min_samples` requests of the class; exploration only ever picks among the route's own arms,
-so it never sends a request into a rewrite the policy did not allow.
+Arms with the same rewrite send the same request, to different pools: together they are one
+*variant* of the request, and which of their instances serves it is the finish rule's choice,
+per request, from the route model (`policies.decision.route`), as it chooses among speculation
+configs under `auto`. Only between variants is there a choice for the arms' sums to make, per
+class: variants that leave the answer alike in length (a temperature) are compared on decode
+rate; variants whose rewrites change the answer's length (thinking on or off, a different model
+alias, a length cap) on the total time to the answer, as measured by the proxy. A route's first
+variant is its default until every variant has `min_samples` requests of the class; exploration
+only ever picks among the route's own arms, so it never sends a request into a rewrite the
+policy did not allow.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ CONCLUSIVE: Final = 0.01  # below this chance of the ranking being wrong: no exp
 COLD_START_SHARE: Final = 0.5  # share of a route's requests sent to its arms with too few samples
 
 
+def variants_of(arms: Sequence[Arm]) -> list[tuple[Arm, ...]]:
+    """The route's arms grouped by the request they send (their rewrite), in the route's order."""
+    groups: dict[str, list[Arm]] = {}
+    for arm in arms:
+        groups.setdefault(arm.rewrite.label() if arm.rewrite is not None else "", []).append(arm)
+    return [tuple(group) for group in groups.values()]
+
+
 def metric_for(arms: Sequence[Arm]) -> str:
     """Decode rate when the arms' answers are alike in length (the same model, thinking mode and
     cap; a temperature may differ), else the total time to the answer."""
@@ -35,7 +47,8 @@ def metric_for(arms: Sequence[Arm]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ArmChoice:
-    arm: Arm
+    arm: Arm  # the chosen variant's first arm
+    variant: tuple[Arm, ...]  # the arms that send this request: the finish rule picks among them
     explored: bool  # sent against the evidence (or to an arm with too few samples)
     probability: float  # the chance of exploring this request had
     trusted: bool  # every arm had min_samples: the evidence chose
@@ -53,25 +66,41 @@ def choose_arm(
     rate: float,
     draw: float | None,
 ) -> ArmChoice:
-    """The arm for one request: the best measured when every arm has `min_samples` requests of
-    the class, else the route's first; maybe another of the route's arms, to explore."""
+    """The variant for one request: the best measured when every variant has `min_samples`
+    requests of the class, else the route's first; maybe another of the route's, to explore."""
     if not arms:
         raise ValueError("a route needs at least one arm")
-    metric = metric_for(arms)
-    if len(arms) == 1:
-        return ArmChoice(arms[0], False, 0.0, False, metric, draw)
-    stats = state.for_class(cls, lang, [a.key for a in arms], min_samples, metric)
-    counts = {a.key: stats[a.key].samples(metric) if a.key in stats else 0 for a in arms}
-    cold = [a for a in arms if counts[a.key] < min_samples]
-    ranked = rank_arms(arms, stats, metric) if not cold else list(arms)
+    variants = variants_of(arms)
+    of_lead = {variant[0].key: variant for variant in variants}
+    leads = [variant[0] for variant in variants]
+    metric = metric_for(leads)
+    if len(variants) == 1:
+        return ArmChoice(leads[0], variants[0], False, 0.0, False, metric, draw)
+    stats = variant_stats(state, variants, cls, lang, min_samples, metric)
+    counts = {a.key: stats[a.key].samples(metric) if a.key in stats else 0 for a in leads}
+    cold = [a for a in leads if counts[a.key] < min_samples]
+    ranked = rank_arms(leads, stats, metric) if not cold else leads
     best, others = ranked[0], ranked[1:]
     probability, target = _exploration(best, others, cold, stats, metric, rate)
+    trusted = not cold
+
+    def chose(arm: Arm, explored: bool, left: float | None) -> ArmChoice:
+        return ArmChoice(arm, of_lead[arm.key], explored, probability, trusted, metric, left)
+
     if draw is None:
-        return ArmChoice(best, False, probability, not cold, metric, None)
+        return chose(best, False, None)
     if draw < probability and target is not None:
-        return ArmChoice(target, True, probability, not cold, metric, draw / probability)
-    left = (draw - probability) / (1.0 - probability) if probability < 1 else 0.0
-    return ArmChoice(best, False, probability, not cold, metric, left)
+        return chose(target, True, draw / probability)
+    return chose(best, False, (draw - probability) / (1.0 - probability) if probability < 1 else 0.0)
+
+
+def variant_stats(
+    state: ArmsState, variants: Sequence[Sequence[Arm]], cls: str, lang: str, min_samples: int,
+    metric: str,
+) -> dict[str, ArmStats]:
+    """Each variant's sums for the class, under its first arm's key."""
+    return state.for_variants(cls, lang, [[a.key for a in v] for v in variants], min_samples,
+                              metric)
 
 
 def rank_arms(arms: Sequence[Arm], stats: Mapping[str, ArmStats], metric: str) -> list[Arm]:

@@ -23,16 +23,16 @@ Thompson draw.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.decision.arm_choice import choose_arm
 from policies.decision.ask import Ask, BackendState, State
-from policies.decision.decide import Decision, decide, failover_order, place
+from policies.decision.decide import Decision, decide, failover_order, place, route_rule
 from policies.decision.finish import normal_draw
 from policies.decision.pins import request_pin
-from policies.policyfile.pools import PoolRoute
+from policies.policyfile.pools import Arm, PoolRoute
 from policies.policyfile.rewrite import Rewrite, rewritten_features
 from policies.policyfile.words import Route
 
@@ -78,6 +78,8 @@ def decide_route(ask: Ask, state: State) -> Routed:
     )
     arm, z = choice.arm, normal_draw(choice.draw_left)
     sent = ask.sending(rewritten_features(ask.features, arm.rewrite))
+    if len(choice.variant) > 1:
+        return place_variant(sent, state, choice.variant, rule, z=z, explored=choice.explored)
     if arm.builtin:
         decision = decide(sent, state, z=z, route=(_route_word(arm.pool), rule))
         decision = replace(decision, explored=decision.explored or choice.explored)
@@ -87,6 +89,33 @@ def decide_route(ask: Ask, state: State) -> Routed:
     decision = place_in_pool(sent, state, arm.pool, (reason, rule), z=z)
     decision = replace(decision, explored=decision.explored or choice.explored)
     return Routed(decision, arm.pool, arm.key, arm.rewrite, pool_order(arm.pool, decision, backends))
+
+
+def place_variant(
+    sent: Ask, state: State, variant: Sequence[Arm], rule: str, *, z: float, explored: bool
+) -> Routed:
+    """Arms that send one request to different pools: every instance one of them allows
+    competes on the soonest predicted finish, each priced by its speculation config for this
+    request, as under `auto`; the arm is the first whose pool holds the instance chosen."""
+    allows = [_allows(arm, sent, state) for arm in variant]
+    decision = place(sent, state, lambda b: any(a(b) for a in allows), ("arm", rule), z=z,
+                     unserved=variant[0].pool)
+    decision = replace(decision, explored=decision.explored or explored)
+    chosen = next((b for b in state.backends if b.name == decision.backend), None)
+    arm = next((a for a, ok in zip(variant, allows) if chosen is not None and ok(chosen)),
+               variant[0])
+    order = failover_order(decision, state.backends, near=lambda b: any(a(b) for a in allows))
+    return Routed(decision, arm.pool, arm.key, arm.rewrite, tuple(order))
+
+
+def _allows(arm: Arm, sent: Ask, state: State) -> Callable[[BackendState], bool]:
+    """Which instances an arm's pool allows for this request: a built-in one by the policy's
+    overrides as `decide` applies them (sampled, thinking, response_format), a named one its
+    members."""
+    if not arm.builtin:
+        return lambda b: arm.pool in b.pools
+    pin, _, _ = route_rule(state.policy, sent, route=(_route_word(arm.pool), ""))
+    return lambda b: pin is None or b.profile == pin
 
 
 def place_in_pool(ask: Ask, state: State, pool: str, why: tuple[str, str], *, z: float) -> Decision:
@@ -102,7 +131,9 @@ def pool_order(pool: str, decision: Decision, backends: Sequence[BackendState]) 
 
 
 def _unrewritten(decision: Decision, backends: Sequence[BackendState]) -> Routed:
-    return Routed(decision, decision.profile, decision.profile, None,
+    """The request as sent, to the instance chosen: its arm is that instance's speculation
+    config (a built-in pool: `plain`, `mtp`, `ngram-simple`, ...)."""
+    return Routed(decision, decision.profile, decision.config or decision.profile, None,
                   tuple(failover_order(decision, backends)))
 
 

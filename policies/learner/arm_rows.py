@@ -1,5 +1,5 @@
 """Per class and arm (pool plus rewrite) aggregates of decision-log records: what `report` and
-the dashboard show about the arms beyond mtp and plain.
+the dashboard show about the arms: each speculation config, pool and rewrite the requests went to.
 
 Pure: functions over `RouteRecord`s (the statistics are `policies.learner.arms`'s, so that what is shown
 is what the learner compares); no I/O, no clock.
@@ -43,5 +43,5 @@ def arm_rows(records: Iterable[RouteRecord]) -> list[ArmRow]:
 
 
 def has_extra_arms(rows: Iterable[ArmRow]) -> bool:
-    """Whether any request went beyond the plain mtp and plain arms (a pool or a rewrite)."""
+    """Whether any request went beyond the mtp and plain arms (another config, a pool or a rewrite)."""
     return any(row.arm not in ("mtp", "plain") for row in rows)

@@ -91,11 +91,20 @@ class ArmsState:
         self, cls: str, lang: str, arms: Sequence[str], min_samples: int, metric: str = METRIC_TOTAL
     ) -> dict[str, ArmStats]:
         """The language's stats when every arm has `min_samples` there, else the class's."""
-        own = self.stats.get(f"{cls}/{lang}", {})
-        if arms and all(own.get(a, _EMPTY).samples(metric) >= min_samples for a in arms):
-            return {a: own[a] for a in arms}
-        pooled = self.stats.get(f"{cls}/{ANY_LANG}", {})
-        return {a: pooled[a] for a in arms if a in pooled}
+        return self.for_variants(cls, lang, [(a,) for a in arms], min_samples, metric)
+
+    def for_variants(
+        self, cls: str, lang: str, variants: Sequence[Sequence[str]], min_samples: int,
+        metric: str = METRIC_TOTAL,
+    ) -> dict[str, ArmStats]:
+        """Each variant's stats, its arms' sums added under its first arm's key (a variant: the
+        arms that send one request to different pools): the language's when every variant has
+        `min_samples` there, else the class's."""
+        own = _summed(self.stats.get(f"{cls}/{lang}", {}), variants)
+        if variants and len(own) == len(variants) and all(
+                s.samples(metric) >= min_samples for s in own.values()):
+            return own
+        return _summed(self.stats.get(f"{cls}/{ANY_LANG}", {}), variants)
 
     def merged(self, other: ArmsState) -> ArmsState:
         stats = {key: dict(arms) for key, arms in self.stats.items()}
@@ -106,7 +115,20 @@ class ArmsState:
         return ArmsState(_sorted(stats), self.n_observations + other.n_observations)
 
 
-_EMPTY: Final = ArmStats("")
+def _summed(table: Mapping[str, ArmStats], variants: Sequence[Sequence[str]]) -> dict[str, ArmStats]:
+    """Per variant with any stats in `table`: its arms' stats added, under its first arm's key."""
+    summed: dict[str, ArmStats] = {}
+    for keys in variants:
+        found = [table[k] for k in keys if k in table]
+        if not found:
+            continue
+        total = ArmStats(keys[0])
+        for s in found:
+            total = total.merged(s)
+        summed[keys[0]] = total
+    return summed
+
+
 EMPTY_ARMS: Final = ArmsState()
 
 

@@ -13,10 +13,13 @@ from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import decide
 from policies.decision.finish import InFlight, normal_draw, spread_draw
+from policies.decision.route import decide_route
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather
 from policies.policyfile.machine import NEUTRAL
+from policies.policyfile.pools import pool_context
 from policies.policyfile.schema import Assume, Policy
 from tests.policies.decision.test_decide import FEATURES
+from tests.policies.learner.test_arms import _spread, _state
 from tests.policies.learner.test_configs import _log
 
 BASE = replace(FEATURES, max_tokens=96, prompt_tokens=20)
@@ -70,3 +73,35 @@ def test_with_nothing_measured_a_thin_config_is_drawn_and_the_median_is_plain() 
     explored = {decide(replace(ask, draw=u), State(POLICY, cold, TRIO),
                        z=normal_draw(u)).backend for u in (0.02, 0.3, 0.5, 0.7, 0.98)}
     assert {"ngram-0", "draft-0"} & explored
+
+
+# --- configs as a route's arms: one variant, priced per request -------------------------------
+
+POOLED = tuple(replace(b, pools=frozenset({b.spec})) if b.spec else b for b in TRIO)
+
+
+@pytest.mark.parametrize(("features", "backend", "arm"), [
+    (EDIT, "ngram-0", "ngram-simple"),
+    (BASE, "plain-0", "plain"),
+])
+def test_configs_listed_as_arms_are_chosen_per_request_by_the_finish_rule(
+    features: Features, backend: str, arm: str
+) -> None:
+    policy = Policy.model_validate({"routes": {"code": {"arms": ["ngram-simple", "plain"]}}},
+                                   context=pool_context(["ngram-simple", "draft"]))
+    # per class, the sums say plain decodes faster: within a variant they do not decide
+    arms = _state(_spread("plain", 40, 20.0, 5000.0, cls="code")
+                  + _spread("ngram-simple", 40, 12.0, 9000.0, cls="code"))
+    assert arms.stats["code/*"]["plain"].n == 40
+    routed = decide_route(Ask(features, Scores("code", "en", {"code": 1.0})),
+                          State(policy, LEARNED, POOLED, arms=arms))
+    assert (routed.decision.backend, routed.arm) == (backend, arm)
+    assert routed.decision.reason == "arm" and routed.rewrite is None
+    assert "draft-0" not in routed.decision.finish_ms  # not among the route's arms
+    assert routed.order[0] == backend and set(routed.order) == {"plain-0", "ngram-0", "draft-0"}
+
+
+def test_an_auto_route_records_the_config_that_served_as_its_arm() -> None:
+    ask = Ask(EDIT, Scores("code", "en", {"code": 1.0}))
+    routed = decide_route(ask, State(POLICY, LEARNED, POOLED))
+    assert (routed.decision.backend, routed.arm, routed.pool) == ("ngram-0", "ngram-simple", "mtp")

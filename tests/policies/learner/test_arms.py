@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from decisionlog.records import parse_lines
-from policies.decision.arm_choice import choose_arm, metric_for
+from policies.decision.arm_choice import choose_arm, metric_for, variants_of
 from policies.decision.ask import Ask, State
 from policies.decision.route import decide_route
 from policies.learner.arms import (
@@ -110,11 +110,29 @@ def test_time_to_the_answer_decides_between_rewrites() -> None:
     assert choice.probability == 0.0  # conclusive: no exploration
 
 
-def test_decode_rate_decides_between_pools_for_the_same_request() -> None:
-    rows = _spread("mtp", 40, 16.0, 9000.0) + _spread("plain", 40, 14.0, 8000.0)
-    choice = choose_arm([THINKING, MTP], _state(rows), "chat", "en",
+def test_decode_rate_decides_between_variants_that_keep_the_answer() -> None:
+    greedy = Arm.model_validate({"pool": "mtp", "rewrite": {"temperature": 0}})
+    rows = _spread(greedy.key, 40, 16.0, 9000.0) + _spread("plain", 40, 14.0, 8000.0)
+    choice = choose_arm([THINKING, greedy], _state(rows), "chat", "en",
                         min_samples=30, rate=0.05, draw=0.9)
-    assert choice.arm == MTP and choice.metric == METRIC_DECODE
+    assert choice.arm == greedy and choice.metric == METRIC_DECODE
+
+
+def test_arms_sending_one_request_are_one_variant_the_sums_do_not_split() -> None:
+    # per class, mtp decodes faster: the sums would say mtp; per request it is the finish rule's
+    rows = _spread("mtp", 40, 16.0, 9000.0) + _spread("plain", 40, 14.0, 8000.0)
+    for draw in (0.01, 0.5, 0.99):
+        choice = choose_arm([THINKING, MTP], _state(rows), "chat", "en",
+                            min_samples=30, rate=0.5, draw=draw)
+        assert choice.variant == (THINKING, MTP) and choice.arm == THINKING
+        assert not choice.explored and choice.probability == 0.0 and choice.draw_left == draw
+    variants = variants_of([THINKING, NOTHINK, MTP])
+    assert variants == [(THINKING, MTP), (NOTHINK,)]
+    summed = choose_arm([THINKING, NOTHINK, MTP], _state(rows + _spread(NOTHINK.key, 80, 14.0,
+                                                                       20000.0)),
+                        "chat", "en", min_samples=30, rate=0.05, draw=0.9)
+    # the variant's sums are its arms' together: 80 requests at ~8,500 ms beat 80 at 20,000
+    assert summed.variant == (THINKING, MTP) and summed.trusted
 
 
 def test_cold_routes_keep_the_first_arm_and_explore_the_others() -> None:
@@ -135,9 +153,9 @@ def test_exploration_never_leaves_the_route_s_arms() -> None:
             + _spread("plain+model=deepseek-chat", 200, 40.0, 100.0))
     state = _state(rows)
     rng = random.Random(7)
-    chosen = {choose_arm([MTP, THINKING], state, "chat", "en", min_samples=30, rate=0.5,
+    chosen = {choose_arm([MTP, NOTHINK], state, "chat", "en", min_samples=30, rate=0.5,
                          draw=rng.random()).arm.key for _ in range(300)}
-    assert chosen == {"mtp", "plain"}
+    assert chosen == {"mtp", NOTHINK.key}
 
 
 def test_a_route_with_arms_routes_within_them() -> None:
