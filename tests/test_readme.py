@@ -58,6 +58,21 @@ RUN_BY = {  # command -> the test that runs it
     RENDER: "test_behind_envoy", EPP: "test_behind_envoy", ENVOY_C: "test_behind_envoy",
     ENVOY_DEMO: "test_the_envoy_demo",
 }
+# commands written inline in the README's prose -> what runs them: a test here, another test
+# file's test (`path::name`), or `.ci/run` ("ci")
+FAKE_DEMO = ".venv/bin/specroute demo --backends fake"
+ENVOY_WHERE = ".venv/bin/python -m backends.local.envoy where"
+INLINE_RUN_BY = {
+    "make demo": "ci", "make test": "ci", "make lint": "ci",
+    FAKE_DEMO: "test_the_fake_demo",
+    "specroute report": "test_two_replicas_then_watching_them",
+    "specroute learn": "test_two_replicas_then_watching_them",
+    "specroute epp": "test_behind_envoy",
+    "python -m bench.arms": "tests/bench/test_arms.py::"
+                            "test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone",
+    ENVOY_WHERE: "test_the_envoy_where",
+}
+COMMAND = re.compile(r"(make|specroute|\.venv/bin/\S+|python -m|curl|envoy|redis-server) \S")
 TIMEOUT_S = 300
 
 
@@ -74,9 +89,30 @@ def commands() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+def inline_commands() -> list[str]:
+    """The README prose's code spans that are commands (two words or more), spans broken
+    across lines joined."""
+    prose = re.sub(r"```.*?```", "", README, flags=re.DOTALL)
+    spans = (" ".join(m.group(1).split()) for m in re.finditer(r"`([^`]+)`", prose))
+    return sorted({span for span in spans if COMMAND.match(span)})
+
+
 def test_every_readme_command_is_run_by_a_test_here() -> None:
     assert sorted(commands()) == sorted(RUN_BY)
     assert all(name in globals() for name in RUN_BY.values())
+
+
+def test_every_inline_command_is_run_by_a_test_or_by_ci() -> None:
+    assert inline_commands() == sorted(INLINE_RUN_BY)
+    ci = (ROOT / ".ci" / "run").read_text()
+    for command, runner in INLINE_RUN_BY.items():
+        if runner == "ci":
+            assert f"\n{command}\n" in ci, command
+        elif "::" in runner:
+            path, name = runner.split("::")
+            assert f"def {name}(" in (ROOT / path).read_text(), runner
+        else:
+            assert runner in globals(), runner
 
 
 def test_the_readme_starts_with_the_two_commands_and_ci_runs_both() -> None:
@@ -196,6 +232,26 @@ def test_two_replicas_then_watching_them(tmp_path: Path) -> None:
     report = sh(REPORT, cwd)
     assert report.returncode == 0, report.stderr[-2000:]
     assert list((cwd / "report").glob("*.md")) and list((cwd / "report").glob("*.png"))
+    learn = sh(".venv/bin/specroute learn logs/decisions.jsonl --out learned.json", cwd)
+    assert learn.returncode == 0, learn.stderr[-2000:]
+    assert json.loads((cwd / "learned.json").read_text())
+
+
+def test_the_fake_demo(tmp_path: Path) -> None:
+    cwd = workdir(tmp_path)
+    done = sh(FAKE_DEMO, cwd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"\d+ decisions in ", done.stdout)
+    assert list((cwd / "logs" / "demo").glob("decisions*.jsonl"))
+
+
+def test_the_envoy_where() -> None:
+    if cached_envoy() is None:
+        skip_missing(ENVOY)
+    where = sh(ENVOY_WHERE, ROOT)
+    assert where.returncode == 0, where.stderr[-2000:]
+    path = Path(where.stdout.strip().splitlines()[-1])
+    assert path.is_file() and os.access(path, os.X_OK)
 
 
 def test_the_replicas_store_and_config(tmp_path: Path) -> None:
