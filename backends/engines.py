@@ -86,6 +86,9 @@ class EngineAdapter:
     metrics_path: str  # Prometheus text endpoint; "" when the engine has none
     counters: SpecCounters | None  # global speculative counters, for deltas around a request
     asks_meta_info: bool = False  # SGLang: per-request stats only with `return_meta_info`
+    # llama.cpp: a stream's last chunk carries `timings` (tokens, speed, drafts) unasked, so the
+    # client's stream goes as it asked: nothing to strip, and a watcher need not hold it
+    streams_stats_unasked: bool = False
 
     @property
     def models_path(self) -> str:
@@ -109,7 +112,8 @@ class EngineAdapter:
     def request_tweaks(self, body: Mapping[str, Any], *, stream: bool, path: str) -> Tweaked:
         """`body` plus what makes the engine report its stats; the flags say what to strip."""
         new = dict(body)
-        added_usage = stream and path in _USAGE_PATHS and not _client_wants_usage(body)
+        added_usage = (stream and path in _USAGE_PATHS and not self.streams_stats_unasked
+                       and not _client_wants_usage(body))
         if added_usage:
             options = body.get("stream_options")
             new["stream_options"] = {**(options if isinstance(options, Mapping) else {}),
@@ -301,6 +305,7 @@ ADAPTERS: Mapping[str, EngineAdapter] = {
             draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
             accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
         ),
+        streams_stats_unasked=True,
     ),
     "vllm": EngineAdapter(
         "vllm", "/health", "/metrics",

@@ -3,7 +3,8 @@
 Pure: functions from parsed JSON (a whole response, or one SSE chunk) to an `UpstreamReport`.
 Each engine reports in its own place; `merge` folds the pieces of a stream together.
 - usage: `usage.prompt_tokens`, `usage.completion_tokens`, `usage.prompt_tokens_details.cached_tokens`
-- llama.cpp: `timings.{predicted_per_second, draft_n, draft_n_accepted, prompt_n, cache_n}`
+- llama.cpp: `timings.{predicted_per_second, predicted_n, draft_n, draft_n_accepted, prompt_n,
+  cache_n}`, on every answer's last chunk (no `include_usage` needed)
 - vLLM (`--per-request-spec-decode-metrics`): `metrics.speculative_decoding.{num_draft_tokens,
   num_accepted_draft_tokens}` (streaming: on the final usage chunk)
 - SGLang (`return_meta_info`): `meta_info` (top level or per choice) `.{spec_draft_token_num,
@@ -75,9 +76,14 @@ def _from_llamacpp(timings: object) -> UpstreamReport:
         return EMPTY
     draft_n = _int(timings.get("draft_n"))
     accepted = _int(timings.get("draft_n_accepted"))
+    processed, cached = _int(timings.get("prompt_n")), _int(timings.get("cache_n"))
+    # the prompt's tokens are those it processed and those it found cached: usage's figures,
+    # reported on every answer's last chunk, asked for or not
+    prompt = None if processed is None else processed + (cached or 0)
     return UpstreamReport(
-        prompt_tokens=None,
-        cached_tokens=_int(timings.get("cache_n")),
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=_int(timings.get("predicted_n")),
         backend_tps=_float(timings.get("predicted_per_second")),
         draft_n=draft_n,
         draft_accepted=accepted,

@@ -235,8 +235,10 @@ CHAT = "/v1/chat/completions"
     ("engine", "body", "stream", "path", "expected", "added_usage", "added_meta"),
     [
         # a streamed chat without usage: ask for it, and say so (the router strips the chunk)
-        ("llamacpp", {"stream": True}, True, CHAT,
+        ("vllm", {"stream": True}, True, CHAT,
          {"stream": True, "stream_options": {"include_usage": True}}, True, False),
+        # llama.cpp's last chunk carries its `timings` unasked: the stream goes as asked
+        ("llamacpp", {"stream": True}, True, CHAT, {"stream": True}, False, False),
         # the client asked for usage itself: nothing to add, nothing to strip
         ("llamacpp", {"stream": True, "stream_options": {"include_usage": True}}, True, CHAT,
          {"stream": True, "stream_options": {"include_usage": True}}, False, False),

@@ -74,8 +74,10 @@ def test_stream_with_usage_reports_on_the_usage_chunk() -> None:
 def test_stream_without_usage_reports_timings_on_the_finish_chunk() -> None:
     events = stream_events("chat_stream_plain.sse")
     assert events[-1]["choices"][0]["finish_reason"] == "length" and "usage" not in events[-1]
+    # the same counts usage gives when asked (`chat_stream_mtp.sse`, the same prompt): what the
+    # proxy reads without asking llama.cpp for its usage chunk
     assert stream_report("chat_stream_plain.sse") == UpstreamReport(
-        cached_tokens=0, backend_tps=78.24992345116185)
+        prompt_tokens=39, cached_tokens=0, completion_tokens=24, backend_tps=78.24992345116185)
 
 
 def test_streamed_and_whole_text_are_the_same() -> None:

@@ -83,9 +83,9 @@ async def test_lone_surrogates_in_text_are_served_with_the_shipped_tokenizer(
     assert record.classifier.get("error") is None  # the trained scorer read it too
     forwarded = (stack.mtp.received + stack.plain.received)[-1]["body"]
     assert forwarded["messages"][1]["content"] == "a lone \ud800 surrogate and \udfff another"
-    if stream:  # the proxy rewrote this body (include_usage) and the client did not see usage
-        assert forwarded["stream_options"] == {"include_usage": True}
-        assert '"usage"' not in text
+    if stream:  # llama.cpp's last chunk has its timings: the body went on with nothing added
+        assert "stream_options" not in forwarded and '"usage"' not in text
+        assert record.outcome.completion_tokens
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -10,7 +10,7 @@ import aiohttp
 import openai
 
 from decisionlog.records import parse_line, to_json
-from tests.router.conftest import Stack
+from tests.router.conftest import ServerFactory, Stack, start_stack
 
 GREEDY_TECH = {
     "model": "sim-model",
@@ -58,15 +58,16 @@ async def test_sdk_chat_non_stream(stack: Stack) -> None:
     assert record.outcome.completion_tokens == len(reply.choices[0].message.content.split())
 
 
-async def test_sdk_chat_stream_matches_direct_bytes_and_strips_added_usage(stack: Stack) -> None:
+async def test_sdk_chat_stream_matches_direct_bytes_and_is_read_from_llamacpp_timings(
+        stack: Stack) -> None:
     body = {**GREEDY_TECH, "stream": True}
     direct = await _post(f"http://127.0.0.1:{stack.mtp_server.port}/v1/chat/completions", body)
     proxied = await _post(f"{stack.base_url}/chat/completions", body)
     assert proxied[2] == direct[2]
     assert b": prefill" in proxied[2]  # comment lines are kept
-    assert b'"usage"' not in proxied[2]  # the usage chunk the proxy asked for is not shown
+    assert b'"timings"' in proxied[2]  # llama.cpp's own, on its last chunk, as direct
     sent = stack.mtp.received[-1]["body"]
-    assert sent["stream_options"] == {"include_usage": True}
+    assert "stream_options" not in sent  # its timings say what usage would: nothing asked
     async with stack.client() as client:
         stream = await client.chat.completions.create(**body)
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
@@ -75,6 +76,19 @@ async def test_sdk_chat_stream_matches_direct_bytes_and_strips_added_usage(stack
     assert record.stream is True
     assert record.outcome.completion_tokens == len(text.split())
     assert record.outcome.ttft_ms is not None
+
+
+async def test_an_engine_asked_for_usage_has_it_stripped_before_the_client(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    stack = await start_stack(aiohttp_server, tmp_path, engine="vllm")
+    body = {**GREEDY_TECH, "stream": True}
+    direct = await _post(f"http://127.0.0.1:{stack.mtp_server.port}/v1/chat/completions", body)
+    proxied = await _post(f"{stack.base_url}/chat/completions", body)
+    assert proxied[2] == direct[2]
+    assert b'"usage"' not in proxied[2]  # the usage chunk the proxy asked for is not shown
+    assert stack.mtp.received[-1]["body"]["stream_options"] == {"include_usage": True}
+    record = (await stack.logged(1))[-1]
+    assert record.outcome.prompt_tokens is not None and record.outcome.completion_tokens
 
 
 async def test_client_asking_for_usage_gets_it(stack: Stack) -> None:
