@@ -20,6 +20,7 @@ from backends.local.envoy import PICKER_CONFIG, PLACEHOLDER, render_config
 from backends.spec import BackendSpec
 from router.config import Config
 from router.epp.exchange import endpoint_of
+from router.epp.messages import OURS_NAMESPACE
 from router.epp.server import check_endpoints
 
 # envoy.yaml first: the one `specroute epp` answers by default (--endpoints primary)
@@ -77,5 +78,8 @@ def _pool_cluster(document: Any, template: Path) -> dict[str, Any]:
 
 def _endpoint(spec: BackendSpec) -> dict[str, Any]:
     host, _, port = endpoint_of(spec.base_url).rpartition(":")
+    # the answer's x-specroute-backend and -profile name the instance that served it
+    named = {"x-specroute-backend": spec.name, "x-specroute-profile": spec.profile}
     return {"endpoint": {"address": {"socket_address": {"address": host.strip("[]"),
-                                                        "port_value": int(port)}}}}
+                                                        "port_value": int(port)}}},
+            "metadata": {"filter_metadata": {OURS_NAMESPACE: named}}}

@@ -23,6 +23,7 @@ SERVED: Final = "x-gateway-destination-endpoint-served"
 SUBSET: Final = "x-gateway-destination-endpoint-subset"
 SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 LB_NAMESPACE: Final = "envoy.lb"
+OURS_NAMESPACE: Final = "specroute"  # the exchange's id, how its answer goes, its headers
 FILTER: Final = "envoy.filters.http.ext_proc"  # whose attributes Envoy sends
 UPSTREAM_ADDRESS: Final = "upstream.address"  # deploy/envoy's `response_attributes`
 CODE_DETAILS: Final = "response.code_details"  # `via_upstream` when an instance answered
@@ -92,22 +93,56 @@ def _set(mutation: ext_proc.HeaderMutation, set_headers: Mapping[str, str],
     mutation.remove_headers.extend(remove)
 
 
-def picked(endpoints: Iterable[str], set_headers: Mapping[str, str],
-           remove: Iterable[str]) -> ext_proc.ProcessingResponse:
-    """The answer to the request headers: where to send it (header and metadata alike)."""
+def picked(endpoints: Iterable[str], set_headers: Mapping[str, str], remove: Iterable[str],
+           ours: Mapping[str, str] | None = None) -> ext_proc.ProcessingResponse:
+    """The answer to the request headers: where to send it (header and metadata alike), and
+    `ours`, the exchange's own values, in the metadata namespace `specroute` (read by the
+    answer's watcher, the route's match and its `x-specroute-*` response headers)."""
     destination = ",".join(endpoints)
     answer = ext_proc.ProcessingResponse()
-    answer.dynamic_metadata.fields[LB_NAMESPACE].struct_value.fields[DESTINATION].string_value = (
-        destination)
+    namespaces = answer.dynamic_metadata.fields
+    namespaces[LB_NAMESPACE].struct_value.fields[DESTINATION].string_value = destination
+    if ours:
+        fields = namespaces[OURS_NAMESPACE].struct_value.fields
+        for key, value in ours.items():
+            fields[key].string_value = value
     common = answer.request_headers.response
     common.clear_route_cache = True
     _set(common.header_mutation, {DESTINATION: destination, **set_headers}, remove)
     return answer
 
 
-def request_body(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
+def ours(request: ext_proc.ProcessingRequest) -> dict[str, str]:
+    """The exchange's own values the picker put in the metadata namespace `specroute`, as Envoy
+    forwards them on each message of the answer's streams ({} when none: not a routed pick)."""
+    namespace = request.metadata_context.filter_metadata.get(OURS_NAMESPACE)
+    if namespace is None:
+        return {}
+    return {key: value.string_value for key, value in namespace.fields.items()}
+
+
+def _request_body_continue() -> ext_proc.ProcessingResponse:
     answer = ext_proc.ProcessingResponse()
-    _streamed(answer.request_body, body, end_of_stream)
+    answer.request_body.SetInParent()
+    return answer
+
+
+def _request_body_cleared() -> ext_proc.ProcessingResponse:
+    answer = ext_proc.ProcessingResponse()
+    answer.request_body.response.body_mutation.clear_body = True
+    return answer
+
+
+# STREAMED request body: a chunk answered with no mutation goes on as Envoy holds it; one
+# cleared goes on as nothing (a rewritten body goes whole in its last chunk's place).
+REQUEST_BODY_CONTINUE: Final = _request_body_continue()
+REQUEST_BODY_CLEARED: Final = _request_body_cleared()
+
+
+def request_body(body: bytes) -> ext_proc.ProcessingResponse:
+    """A request body chunk's answer that sends `body` in its place."""
+    answer = ext_proc.ProcessingResponse()
+    answer.request_body.response.body_mutation.body = body
     return answer
 
 
@@ -141,13 +176,6 @@ def response_chunk(chunk: bytes, out: bytes) -> ext_proc.ProcessingResponse:
     else:
         mutation.clear_body = True
     return answer
-
-
-def _streamed(into: ext_proc.BodyResponse, body: bytes, end_of_stream: bool) -> None:
-    streamed = into.response.body_mutation.streamed_response
-    streamed.SetInParent()  # an empty last chunk is still a StreamedBodyResponse
-    streamed.body = body
-    streamed.end_of_stream = end_of_stream
 
 
 def trailers(request: bool) -> ext_proc.ProcessingResponse:

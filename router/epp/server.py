@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, TypeAlias
 
 import grpc
 import structlog
@@ -23,7 +23,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from router import state
 from router.config import Config
-from router.epp.exchange import Exchange, endpoint_of
+from router.epp.edit import Edit
+from router.epp.exchange import Exchanges, endpoint_of
+from router.epp.pick import Pick
+from router.epp.watch import Watch
 from router.instances.pool import POOL
 
 log = structlog.get_logger("specroute")
@@ -54,31 +57,65 @@ def check_endpoints(config: Config) -> None:
                                     "http://<ip>:<port> (with no path) for the picker")
 
 
+Context: TypeAlias = grpc.aio.ServicerContext[ext_proc.ProcessingRequest,
+                                              ext_proc.ProcessingResponse]
+
+
 class Picker(ext_proc_grpc.ExternalProcessorServicer):
-    """One ext_proc stream per HTTP request."""
+    """One ext_proc stream per filter and HTTP request: the pick (`specroute.pick`), the
+    answer's watcher (`specroute.watch`, observability mode) and, for an answer with bytes the
+    client must not get, its editor (`specroute.edit`). The first message says which."""
 
     def __init__(self, app: web.Application, fallbacks: bool = True) -> None:
         self.app = app
         self.fallbacks = fallbacks
+        self.exchanges = Exchanges()
 
     async def Process(  # the gRPC method's name
         self, request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
-        context: grpc.aio.ServicerContext[ext_proc.ProcessingRequest, ext_proc.ProcessingResponse],
+        context: Context,
     ) -> None:
         """Read and write on the context itself: grpc.aio's async-generator form adds a hop
         through its iterator per message (6-10% of a do-nothing picker's CPU)."""
-        exchange = Exchange(self.app, self.fallbacks)
+        first = await context.read()
+        if first is grpc.aio.EOF:
+            return
+        if first.observability_mode:
+            await self._watch(first, context)
+        elif first.WhichOneof("request") in _REQUEST:
+            await self._pick(first, context)
+        else:
+            await self._edit(first, context)
+
+    async def _pick(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
+        pick = Pick(self.app, self.exchanges, self.fallbacks)
+        while message is not grpc.aio.EOF:
+            for response in await pick.on(message):
+                await context.write(response)
+            message = await context.read()
+
+    async def _watch(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
+        watch = Watch(self.app, self.exchanges)
         try:
-            while (message := await context.read()) is not grpc.aio.EOF:
-                for response in await exchange.on(message):
-                    await context.write(response)
-                if exchange.answered:  # accounted once the client has the answer's end
-                    await exchange.finish()
+            while message is not grpc.aio.EOF:
+                watch.on(message)
+                if watch.answered:  # accounted as soon as the answer's end passed
+                    await watch.finish(stream_ended=False)
+                message = await context.read()
         finally:
-            # The stream ended. Envoy may end it as soon as it has the last chunk's answer,
-            # before this loop wakes from writing it (seen under load), or when the client
-            # left after the last event: cut short only if the answer had not ended.
-            await exchange.finish(cut_short=not exchange.complete())
+            # The stream ended (Envoy closes it `deferred_close_timeout` after the request is
+            # over): cut short if the answer had not ended.
+            await watch.finish(stream_ended=True)
+
+    async def _edit(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
+        edit = Edit()
+        while message is not grpc.aio.EOF:
+            for response in edit.on(message):
+                await context.write(response)
+            message = await context.read()
+
+
+_REQUEST: Final = frozenset({"request_headers", "request_body", "request_trailers"})
 
 
 @contextlib.asynccontextmanager
@@ -88,7 +125,8 @@ async def serve_grpc(app: web.Application, host: str, port: int,
     `fallbacks`: name the other allowed instances after the chosen one (Envoy's override_host
     policy goes down the list; an ORIGINAL_DST cluster takes one `ip:port` only)."""
     server = grpc.aio.server()
-    ext_proc_grpc.add_ExternalProcessorServicer_to_server(Picker(app, fallbacks), server)
+    picker = Picker(app, fallbacks)
+    ext_proc_grpc.add_ExternalProcessorServicer_to_server(picker, server)
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
@@ -102,6 +140,7 @@ async def serve_grpc(app: web.Application, host: str, port: int,
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         await server.stop(grace=2.0)
+        await picker.exchanges.close()
 
 
 async def _health(app: web.Application, servicer: health.aio.HealthServicer) -> None:

@@ -1,10 +1,10 @@
 """The real Envoy 1.40 running deploy/envoy/*.yaml, in front of aiohttp upstreams on loopback,
 with a test-only ext_proc endpoint picker (grpc.aio, Envoy's generated protos from xds-protos).
 
-The picker speaks the GIE protocol as specroute's will: it holds the request headers until the
-whole body arrived (FULL_DUPLEX_STREAMED), then names the upstream (header and/or `envoy.lb`
-metadata) and sends the body back in one StreamedBodyResponse; each chunk of the answer's body
-(STREAMED) it lets go on unchanged. Skipped when Envoy is not cached, unless
+The picker speaks the GIE protocol as specroute's does: on the pick filter's stream it holds the
+request headers' answer until the whole body arrived (STREAMED, sent without waiting for that
+answer), then names the upstream (header and/or `envoy.lb` metadata) and lets each chunk go on
+("continue", no echo); the watch filter's stream (observability mode) it only reads. Skipped when Envoy is not cached, unless
 SPECROUTE_REQUIRE_LOCAL is set.
 """
 
@@ -26,7 +26,6 @@ from aiohttp.test_utils import TestServer
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue, HeaderValueOption
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    BodyMutation,
     BodyResponse,
     CommonResponse,
     HeaderMutation,
@@ -34,7 +33,6 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     ImmediateResponse,
     ProcessingRequest,
     ProcessingResponse,
-    StreamedBodyResponse,
     TrailersResponse,
 )
 from envoy.type.v3.http_status_pb2 import HttpStatus, StatusCode
@@ -69,6 +67,16 @@ def require_envoy() -> Path:
 
 
 # ---- the test-only picker ------------------------------------------------------------------
+
+async def until(check: Callable[[], object]) -> None:
+    """Wait, bounded by WAIT_S, until `check()` holds: the watcher's messages come after the
+    client's answer, nobody waiting on them."""
+    for _ in range(int(WAIT_S / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("not seen in time")
+
 
 def header_map(headers: HeaderMap) -> dict[str, str]:
     """Envoy 1.40 sends header values in `raw_value` (bytes); `value` stays empty."""
@@ -106,6 +114,13 @@ class Picker:
     response_metadata: list[dict[str, Any]] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     chunks: list[int] = field(default_factory=list)  # the sizes of the request's body chunks
+    held: int = 0  # body messages not yet answered (each gets one, after the headers')
+    watched: list[str] = field(default_factory=list)  # the watcher's messages of the answer
+    # the watcher reads each message of the answer once this is set (set: at once)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.released.set()
 
     async def Process(  # the gRPC method's name
         self, requests: AsyncIterator[ProcessingRequest], context: grpc.aio.ServicerContext
@@ -115,6 +130,13 @@ class Picker:
         async for request in requests:
             kind = request.WhichOneof("request")
             self.kinds.append(kind)
+            if request.observability_mode:  # the watcher's: read, never answered
+                if kind == "response_headers":
+                    self.on_response_headers(request)
+                if kind.startswith("response_"):
+                    self.watched.append(kind)
+                    await self.released.wait()
+                continue
             if kind.startswith("request_"):
                 answers = await self.on_request(kind, request, body, context)
             else:
@@ -141,6 +163,10 @@ class Picker:
         if chunk.body:
             self.chunks.append(len(chunk.body))
         body += chunk.body
+        self.held += 1
+        if not self.hold_headers and not chunk.end_of_stream:  # headers answered: go on
+            self.held -= 1
+            return [ProcessingResponse(request_body=BodyResponse())]
         if not chunk.end_of_stream:
             return []
         if self.fail:
@@ -158,24 +184,25 @@ class Picker:
     async def on_request_end(
         self, body: bytes, *, trailers: bool = False
     ) -> list[ProcessingResponse]:
-        """The headers answer (held until now), then the whole body, unchanged."""
+        """The headers answer (held until now), then "go on" for each chunk held: the body
+        goes on as Envoy holds it, no byte echoed."""
         self.bodies.append(body)
         await asyncio.sleep(self.delay_s)
         if self.reject is not None:
             return [rejection(self.reject)]
-        forward = streamed_body("request_body", body, end_of_stream=not trailers)
+        go_on = [ProcessingResponse(request_body=BodyResponse()) for _ in range(self.held)]
+        self.held = 0
         if self.hold_headers:
-            answers = [self.picked_headers(), forward]
-        else:  # the pick rides on the body answer
-            forward.request_body.response.header_mutation.CopyFrom(self.mutation())
-            answers = [forward]
+            answers = [self.picked_headers(), *go_on]
+        else:  # the pick rides on the last chunk's answer
+            if go_on:
+                go_on[-1].request_body.response.header_mutation.CopyFrom(self.mutation())
+            answers = go_on
         if trailers:
             answers.append(ProcessingResponse(request_trailers=TrailersResponse()))
         return answers
 
     def mutation(self) -> HeaderMutation:
-        # No content-length: in FULL_DUPLEX_STREAMED Envoy drops it (even one set here) and
-        # sends the body chunked.
         mutation = HeaderMutation()
         if self.by_header:
             mutation.set_headers.append(set_header(DESTINATION, self.destination))
@@ -193,14 +220,6 @@ class Picker:
         self.response_attributes.append(dict(attributes.items()) if attributes else {})
         lb = request.metadata_context.filter_metadata.get("envoy.lb")
         self.response_metadata.append(dict(lb.items()) if lb else {})
-
-
-def streamed_body(phase: str, body: bytes, end_of_stream: bool) -> ProcessingResponse:
-    """FULL_DUPLEX_STREAMED (the request's body): the answer carries the bytes to forward."""
-    mutation = BodyMutation(streamed_response=StreamedBodyResponse(
-        body=body, end_of_stream=end_of_stream))
-    return ProcessingResponse(**{phase: BodyResponse(
-        response=CommonResponse(body_mutation=mutation))})
 
 
 def rejection(body: bytes) -> ProcessingResponse:
@@ -373,12 +392,12 @@ async def test_the_picked_upstream_serves_and_the_answer_comes_back_unchanged(
     body = chat_body()
     async with through_envoy(tmp_path, picker) as front:
         status, _, answer = await post(front.url, body, pieces=upload == "in pieces")
+        await until(lambda: picker.response_attributes)
     assert (status, answer) == (200, picked.answer())
     assert other.seen == []
     assert [seen.body for seen in picked.seen] == [body]
-    # Envoy re-frames the body the picker streamed back: chunked, whatever the client sent
-    assert "Content-Length" not in picked.seen[0].headers
-    assert picked.seen[0].headers["Transfer-Encoding"] == "chunked"
+    # nothing echoed: the body went on as the client framed it
+    assert picked.seen[0].headers.get("Content-Length", str(len(body))) == str(len(body))
     assert picker.bodies == [body]
     assert sum(picker.chunks) == len(body)
     if upload == "in pieces":
@@ -417,20 +436,14 @@ async def test_an_sse_stream_passes_event_by_event_and_byte_identical(
     assert len(picked.seen) == 1
 
 
-@pytest.mark.parametrize(("down", "allow"), [
-    ("not listening", "false"), ("stream error", "false"), ("not listening", "true")])
+@pytest.mark.parametrize("down", ["not listening", "stream error"])
 async def test_a_picker_that_is_down_fails_the_request_with_an_empty_500(
-    upstreams: list[Upstream], tmp_path: Path, down: str, allow: str
+    upstreams: list[Upstream], tmp_path: Path, down: str
 ) -> None:
-    """Even with failure_mode_allow: true: Envoy 1.40 does not honour it in FULL_DUPLEX_STREAMED
-    mode (with STREAMED it would send the request on, unpicked)."""
-
-    def failure_mode(text: str) -> str:
-        assert "failure_mode_allow: false" in text
-        return text.replace("failure_mode_allow: false", f"failure_mode_allow: {allow}")
-
+    """failure_mode_allow: false: the request fails rather than reaching an upstream nobody
+    picked."""
     picker = None if down == "not listening" else Picker(upstreams[0].address, fail=True)
-    async with through_envoy(tmp_path, picker, edit=failure_mode) as front:
+    async with through_envoy(tmp_path, picker) as front:
         status, headers, answer = await post(front.url, chat_body())
         failed = await front.stat("http.inference.ext_proc.streams_failed")
         allowed = await front.stat("http.inference.ext_proc.failure_mode_allowed")
@@ -497,6 +510,7 @@ async def test_the_fallback_config_fails_over_to_the_next_endpoint_of_the_list(
     async with through_envoy(tmp_path, picker, FALLBACK_CONFIG, MTP_PORT=dead_port,
                              PLAIN_PORT=live.port) as front:
         status, _, answer = await post(front.url, body)
+        await until(lambda: picker.response_attributes)
         retries = await front.stat("cluster.inference_pool.upstream_rq_retry")
         failed = await front.stat("cluster.inference_pool.upstream_cx_connect_fail")
     assert (status, answer) == (200, live.answer())
@@ -510,32 +524,37 @@ async def test_the_fallback_config_fails_over_to_the_next_endpoint_of_the_list(
                                                   else {})]
 
 
-async def test_without_the_buffer_limit_a_long_prompt_gets_no_fallback(
-    upstreams: list[Upstream], tmp_path: Path
+@pytest.mark.parametrize("config", [CONFIG, FALLBACK_CONFIG])
+async def test_without_the_buffer_limit_a_long_prompt_is_never_picked(
+    upstreams: list[Upstream], tmp_path: Path, config: Path
 ) -> None:
-    """Why envoy-fallback.yaml sets request_body_buffer_limit: without it, Envoy's 1 MiB."""
+    """Why the configs set request_body_buffer_limit: Envoy holds the body until the pick is
+    in (and resends it from there on a retry). Past its default 1 MiB it stops reading, the
+    picker waits for the body's end, and message_timeout (cut to 0.5 s) ends the request."""
     live = upstreams[1]
     dead_port = free_loopback_port()
 
     def default_limit(text: str) -> str:
+        text = text.replace("message_timeout: 5s", "message_timeout: 0.5s")
         line = "                request_body_buffer_limit: 33554432\n"
-        assert line in text
+        assert text.count(line) == 2  # the edited answer's route and the other
         return text.replace(line, "")
 
-    picker = Picker(f"127.0.0.1:{dead_port},{live.address}")
-    async with through_envoy(tmp_path, picker, FALLBACK_CONFIG, edit=default_limit,
-                             MTP_PORT=dead_port, PLAIN_PORT=live.port) as front:
+    picker = Picker(live.address if config == CONFIG else f"127.0.0.1:{dead_port},{live.address}")
+    async with through_envoy(tmp_path, picker, config, edit=default_limit,
+                             **({} if config == CONFIG else {"MTP_PORT": dead_port,
+                                                             "PLAIN_PORT": live.port})) as front:
         status, _, _ = await post(front.url, chat_body(copies=60_000))
-        abandoned = await front.stat("cluster.inference_pool.retry_or_shadow_abandoned")
-    assert (status, abandoned) == (503, 1)
-    assert live.seen == []
+        timeouts = await front.stat("http.inference.ext_proc.message_timeouts")
+    assert (status, timeouts) == (504, 1)
+    assert picker.bodies == [] and live.seen == []
 
 
-async def test_no_message_timer_runs_in_full_duplex_mode(
+async def test_a_picker_slower_than_message_timeout_fails_the_request_with_a_504(
     upstreams: list[Upstream], tmp_path: Path
 ) -> None:
-    """The deployed config with message_timeout cut to 0.2 s: a picker that takes 1 s still
-    gets its request through (a timer would have failed it)."""
+    """The deployed config with message_timeout cut to 0.2 s: Envoy waits that long for the
+    pick (the headers' answer, sent once the body is in), then answers 504 itself."""
     picked = upstreams[0]
 
     def short_timeout(text: str) -> str:
@@ -544,36 +563,39 @@ async def test_no_message_timer_runs_in_full_duplex_mode(
 
     picker = Picker(picked.address, delay_s=1.0)
     async with through_envoy(tmp_path, picker, edit=short_timeout) as front:
-        status, _, answer = await post(front.url, chat_body())
-    assert (status, answer) == (200, picked.answer())
+        status, _, _ = await post(front.url, chat_body())
+        timeouts = await front.stat("http.inference.ext_proc.message_timeouts")
+    assert (status, timeouts) == (504, 1)
+    assert picked.seen == []
 
 
-async def test_a_message_timer_runs_on_the_answer_s_side(
-    upstreams: list[Upstream], tmp_path: Path
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_answer_reaches_the_client_whole_while_the_watcher_has_read_nothing(
+    upstreams: list[Upstream], tmp_path: Path, stream: bool
 ) -> None:
-    """The answer's body is STREAMED: Envoy waits at most message_timeout (cut to 0.2 s here)
-    for each answer to the answer's headers and chunks. Past it, while the answer's headers
-    are held: Envoy's 504 with an empty body; once they went out: the client's stream is cut."""
+    """The watch filter is in observability mode: Envoy sends it the answer's headers and
+    chunks and waits for nothing. Here the picker reads none of them until the client has the
+    whole answer: it still gets it, byte for byte, and the watcher then reads it all."""
     picked = upstreams[0]
-
-    def short_timeout(text: str) -> str:
-        assert "message_timeout: 5s" in text
-        return text.replace("message_timeout: 5s", "message_timeout: 0.2s")
-
+    picker = Picker(picked.address)
+    picker.released.clear()
     timeout = aiohttp.ClientTimeout(total=WAIT_S)
-    for part, stream in (("headers", False), ("body", False), ("body", True)):
-        picker = Picker(picked.address, response_delay=(part, 1.0))
-        async with through_envoy(tmp_path, picker, edit=short_timeout) as front:
-            async with (aiohttp.ClientSession(timeout=timeout) as session,
-                        session.post(front.url, data=chat_body(stream=stream)) as response):
-                if not stream:  # the whole answer came before the picker's late answer
-                    assert (response.status, await response.read()) == (504, b"")
-                else:  # the headers went on; the answer to the first event came too late
-                    assert response.status == 200
-                    with pytest.raises(aiohttp.ClientPayloadError):
-                        await response.read()
-                    picked.first_event_read.set()  # let the upstream end
-            assert await front.stat("http.inference.ext_proc.message_timeouts") == 1, part
+    async with (through_envoy(tmp_path, picker) as front,
+                aiohttp.ClientSession(timeout=timeout) as session):
+        async with session.post(front.url, data=chat_body(stream=stream)) as response:
+            assert response.status == 200
+            if stream:
+                first = await response.content.readuntil(b"\n\n")
+                picked.first_event_read.set()  # the upstream sends the rest only now
+                answer = first + await response.read()
+            else:
+                answer = await response.read()
+        await until(lambda: picker.watched)
+        assert picker.watched == ["response_headers"]  # it sits on the first one
+        picker.released.set()
+        await until(lambda: "response_body" in picker.watched)  # then reads the rest
+    assert answer == (b"".join(EVENTS) if stream else picked.answer())
+    assert picker.watched[0] == "response_headers" and "response_body" in picker.watched
 
 
 def test_both_configs_validate_and_two_envoys_run_side_by_side(tmp_path: Path) -> None:
@@ -599,8 +621,8 @@ def test_both_configs_validate_and_two_envoys_run_side_by_side(tmp_path: Path) -
 def test_a_config_envoy_refuses_is_an_error_naming_the_field(tmp_path: Path) -> None:
     binary = require_envoy()
     text = render_config(CONFIG, LISTEN_PORT=1, PICKER_PORT=2, ADMIN_PORT=3)
-    broken = text.replace("request_trailer_mode: SEND", "request_trailer_mode: SKIP")
-    with pytest.raises(LocalBackendError, match="trailer"):
+    broken = text.replace("response_body_mode: STREAMED", "response_body_mode: STREAMING")
+    with pytest.raises(LocalBackendError, match="STREAMING"):
         validate_config(broken, tmp_path, binary)
 
 

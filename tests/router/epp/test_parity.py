@@ -25,8 +25,10 @@ from policies import observation_from_record
 from router.app import create_app
 from router.config import Limits
 from router.epp import messages
-from router.epp.exchange import Exchange, endpoint_of
+from router.epp.exchange import Exchanges, endpoint_of
+from router.epp.pick import Pick
 from router.epp.server import Picker
+from router.epp.watch import Watch
 from router.instances.pool import POOL
 from router.state import DEPS, SESSIONS, Deps
 from tests.router.conftest import ListSink, ServerFactory, logged
@@ -186,6 +188,23 @@ def destinations(responses: list[ext_proc.ProcessingResponse]) -> list[str]:
     return value.split(",")
 
 
+def ours_of(responses: list[ext_proc.ProcessingResponse]) -> dict[str, str]:
+    """What the pick put in the metadata namespace `specroute` (Envoy forwards it to the
+    answer's watcher)."""
+    namespace = responses[0].dynamic_metadata.fields[messages.OURS_NAMESPACE].struct_value
+    return {key: value.string_value for key, value in namespace.fields.items()}
+
+
+def watched(message: ext_proc.ProcessingRequest, ours: dict[str, str],
+            ) -> ext_proc.ProcessingRequest:
+    """`message` as Envoy's observability-mode filter sends it, with the pick's metadata."""
+    message.observability_mode = True
+    fields = message.metadata_context.filter_metadata[messages.OURS_NAMESPACE].fields
+    for key, value in ours.items():
+        fields[key].string_value = value
+    return message
+
+
 async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marked_failed(
         aiohttp_server: ServerFactory, tmp_path: Path) -> None:
     # at the message level: three instances or more named, Envoy says the third answered
@@ -199,25 +218,32 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     app = create_app(config_for(Engines({}, {}, specs), tmp_path, "epp"),
                      deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
     await aiohttp_server(app)
-    exchange = Exchange(app)
-    await exchange.on(headers_message({":method": "POST", ":path": "/v1/chat/completions",
-                                       "content-type": "application/json"}, False))
+    exchanges = Exchanges()
+    pick = Pick(app, exchanges)
+    assert await pick.on(headers_message({":method": "POST", ":path": "/v1/chat/completions",
+                                          "content-type": "application/json"}, False)) == []
     body = ext_proc.HttpBody(body=json.dumps(chat(ASKS[1])).encode(), end_of_stream=True)
-    picked = await exchange.on(ext_proc.ProcessingRequest(request_body=body))
+    picked = await pick.on(ext_proc.ProcessingRequest(request_body=body))
+    assert len(picked) == 2 and picked[1] == messages.REQUEST_BODY_CONTINUE  # no echo
     named = {endpoint_of(s.base_url): s.name for s in specs}
     order = [named[endpoint] for endpoint in destinations(picked)]
     assert len(order) >= 3
-    await exchange.on(answered_by(destinations(picked)[2]))
+    ours = ours_of(picked)
+    assert ours["answer"] == "watched" and ours["x-specroute-backend"] == order[0]
+    watch = Watch(app, exchanges)
+    watch.on(watched(headers_message({}, False), ours))
+    watch.on(watched(answered_by(destinations(picked)[2]), ours))
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
     end = ext_proc.HttpBody(body=json.dumps(answer).encode(), end_of_stream=True)
-    await exchange.on(ext_proc.ProcessingRequest(response_body=end))
-    assert exchange.answered
-    await exchange.finish()
+    watch.on(watched(ext_proc.ProcessingRequest(response_body=end), ours))
+    assert watch.answered
+    await watch.finish(stream_ended=False)
     await logged(sink)
     outcome = sink.records[0].outcome
     assert (outcome.backend, outcome.failover_from) == (order[2], tuple(order[:2]))
     pool, now = app[POOL], app[DEPS].clock()
     assert [pool.runtime(name).failed_until > now for name in order[:3]] == [True, True, False]
+    assert len(exchanges) == 0
 
 
 def answered_by(endpoint: str, content_type: str = "application/json",
@@ -231,29 +257,24 @@ def answered_by(endpoint: str, content_type: str = "application/json",
     return message
 
 
-class ResetAfterTheLastChunk:
-    """grpc's servicer context as Envoy drives one request, the answer coming from the instance
-    the picker named first in one chunk. Envoy resets the stream as soon as it has the picker's
-    answer to that chunk: the picker's write of it is cancelled before it returns."""
+class Stream:
+    """grpc's servicer context as Envoy drives one ext_proc stream: `steps` read in turn, then
+    the stream's end, or its reset (grpc.aio cancels the handler's read)."""
 
-    def __init__(self, request: list[ext_proc.ProcessingRequest], content_type: str,
-                 answer: bytes, end_of_stream: bool) -> None:
-        self.content_type = content_type
-        self.steps = [*request, None, ext_proc.ProcessingRequest(
-            response_body=ext_proc.HttpBody(body=answer, end_of_stream=end_of_stream))]
+    def __init__(self, steps: list[ext_proc.ProcessingRequest], reset: bool = False) -> None:
+        self.steps = steps
+        self.reset = reset
         self.written: list[ext_proc.ProcessingResponse] = []
 
     async def read(self) -> Any:
-        if not self.steps:
-            return grpc.aio.EOF
-        step = self.steps.pop(0)
-        return step if step is not None else answered_by(destinations(self.written)[0],
-                                                         self.content_type)
+        if self.steps:
+            return self.steps.pop(0)
+        if self.reset:
+            raise asyncio.CancelledError
+        return grpc.aio.EOF
 
     async def write(self, response: ext_proc.ProcessingResponse) -> None:
         self.written.append(response)
-        if not self.steps:
-            raise asyncio.CancelledError  # how grpc.aio ends a handler whose stream was reset
 
     async def messages(self) -> AsyncIterator[ext_proc.ProcessingRequest]:
         """The iterator form grpc.aio also passes (the picker reads the context itself)."""
@@ -264,7 +285,7 @@ class ResetAfterTheLastChunk:
 WORDS = b"".join(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]})
                  .encode() + b"\n\n" for w in ("Par", "is"))
 ENDED_AT_THE_CLIENT = {
-    # Envoy had the answer's end (under load: the reset came before the write returned)
+    # Envoy had the answer's end, then the stream was reset
     "the end, then a reset": ("application/json", json.dumps(
         {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
          "usage": {"prompt_tokens": 30, "completion_tokens": 1}}).encode(), True),
@@ -281,16 +302,25 @@ async def test_a_stream_reset_once_the_answer_ended_is_a_served_turn_not_a_cut_o
     app = create_app(config_for(e, tmp_path, "epp"),
                      deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
     await aiohttp_server(app)
-    request = [headers_message({":method": "POST", ":path": "/v1/chat/completions",
-                                "content-type": "application/json",
-                                "x-specroute-conversation": "c-reset"}, False),
-               ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
-                   body=json.dumps(chat({**ASKS[1], "stream": True})).encode(),
-                   end_of_stream=True))]
-    answer = ENDED_AT_THE_CLIENT.get(how, ("text/event-stream", WORDS, False))
-    stream = ResetAfterTheLastChunk(request, *answer)
+    picker = Picker(app, fallbacks=False)
+    pick = Stream([headers_message({":method": "POST", ":path": "/v1/chat/completions",
+                                    "content-type": "application/json",
+                                    "x-specroute-conversation": "c-reset"}, False),
+                   ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+                       body=json.dumps(chat({**ASKS[1], "stream": True})).encode(),
+                       end_of_stream=True))])
+    await picker.Process(pick.messages(), pick)  # type: ignore[arg-type]
+    ours = ours_of(pick.written)
+    content_type, answer, end_of_stream = ENDED_AT_THE_CLIENT.get(
+        how, ("text/event-stream", WORDS, False))
+    watch = Stream([watched(m, ours) for m in (
+        headers_message({}, False),
+        answered_by(destinations(pick.written)[0], content_type),
+        ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(
+            body=answer, end_of_stream=end_of_stream)))], reset=True)
     with pytest.raises(asyncio.CancelledError):
-        await Picker(app, fallbacks=False).Process(stream.messages(), stream)  # type: ignore[arg-type]
+        await picker.Process(watch.messages(), watch)  # type: ignore[arg-type]
+    assert watch.written == []  # nobody waits on the watcher
     outcome = (await logged(sink))[0].outcome
     served = how in ENDED_AT_THE_CLIENT
     assert outcome.client_disconnected is not served

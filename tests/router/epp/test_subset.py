@@ -19,7 +19,7 @@ from tests.backends.local.test_envoy import envoy_running, require_envoy
 from tests.router.conftest import ListSink, ServerFactory, logged
 from tests.router.epp.test_picker import ASKS, ORIGINAL_DST, chat, config_for, engines, post
 
-EXT_PROC_FILTER = "          - name: envoy.filters.http.ext_proc\n"
+EXT_PROC_FILTER = "          - name: specroute.pick\n"
 
 
 def with_subset(text: str, subset: Sequence[str]) -> str:
