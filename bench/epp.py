@@ -75,7 +75,8 @@ from bench.proxy_overhead import (
 )
 
 ORIGINAL_DST: Final = PICKER_CONFIG
-EXT_PROC: Final = "envoy.filters.http.ext_proc"
+EXT_PROC: Final = ("type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3."
+                   "ExternalProcessor")  # the picker's filters, dropped for round robin
 # the size name -> (make_body's kind, streamed)
 CASES: Final = {"1k": ("1k", False), "42k": ("42k", False), "285k": ("285k", False),
                 "sse": ("42k", True)}
@@ -91,19 +92,22 @@ UPSTREAMS: Final = "upstreams"
 # the processes whose CPU is counted, as table rows, in this order
 ROLES: Final = ("Envoy", "picker / proxy", UPSTREAMS)
 CLIENT_TIMEOUT: Final = aiohttp.ClientTimeout(total=60)
-# The picker's answers a request waits for one after the other: the pick (after the whole
-# body), the answer's headers, the answer's body (response_header_mode SEND, bodies streamed).
-WAITS: Final = 3
+# The picker's answers a request waits for: the pick, once the whole body is in. The answer's
+# headers and chunks go to the watcher without a wait (observability mode); only an answer the
+# picker edits (what it asked the engine for) waits on each message.
+WAITS: Final = 1
 PROBES: Final = 10  # requests per size to see whom the picker and the proxy choose
 # Envoy's own timing of its ext_proc calls (the filter's logging info, per request, in its
 # access log): how long it waited for the pick, and for each answer message it held.
 PER_CHUNK: Final = "answer_body_per_call_us"  # derived: the body's hold per message
 TIMED: Final = "x-bench-timed"  # the concurrency-1 requests carry their case in this header
-ENVOY_TIMING: Final = {  # the access log's field -> the filter's logging-info field
-    "pick_us": "request_header_latency_us",
-    "answer_headers_us": "response_header_latency_us",
-    "answer_body_us": "response_body_total_latency_us",
-    "answer_body_calls": "response_body_call_count",
+PICK_FILTER: Final = "specroute.pick"
+EDIT_FILTER: Final = "specroute.edit"  # on the answer's path only when the picker edits it
+ENVOY_TIMING: Final = {  # the access log's field -> (the filter, its logging-info field)
+    "pick_us": (PICK_FILTER, "request_header_latency_us"),
+    "answer_headers_us": (EDIT_FILTER, "response_header_latency_us"),
+    "answer_body_us": (EDIT_FILTER, "response_body_total_latency_us"),
+    "answer_body_calls": (EDIT_FILTER, "response_body_call_count"),
 }
 SETTLE_S: Final = 0.25  # after a loop, before reading CPU: the decision log's batch lands
 
@@ -167,7 +171,8 @@ def with_timing_log(config_text: str, path: Path) -> str:
     picker or a Python client sees it."""
     config: dict[str, Any] = yaml.safe_load(config_text)
     fields = {"case": f"%REQ({TIMED})%"} | {
-        name: f"%FILTER_STATE({EXT_PROC}:FIELD:{field})%" for name, field in ENVOY_TIMING.items()}
+        name: f"%FILTER_STATE({name_}:FIELD:{field})%"
+        for name, (name_, field) in ENVOY_TIMING.items()}
     _connection_manager(config)["access_log"] = [{
         "name": "envoy.access_loggers.file",
         "filter": {"header_filter": {"header": {"name": TIMED, "present_match": True}}},
@@ -203,7 +208,8 @@ def round_robin_config(listen: int, admin: int, upstream_ports: Sequence[int]) -
         render_config(ORIGINAL_DST, LISTEN_PORT=listen, PICKER_PORT=1, ADMIN_PORT=admin))
     resources = config["static_resources"]
     manager = _connection_manager(config)
-    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != EXT_PROC]
+    manager["http_filters"] = [f for f in manager["http_filters"]
+                               if f["typed_config"]["@type"] != EXT_PROC]
     pool = next(c for c in resources["clusters"] if c["name"] == "inference_pool")
     del pool["original_dst_lb_config"]
     pool.update(type="STATIC", lb_policy="ROUND_ROBIN", load_assignment={
@@ -489,9 +495,11 @@ def comparison(tallies: dict[tuple[str, str], Tally], case: str, round_trip: flo
         lines.append(
             f"{case}: as Envoy timed it, the pick came {pick:.2f} ms after the request's headers "
             f"went out, of which the picker's own time {own:.2f} ms: {pick - own:.2f} ms is the "
-            f"stream and its messages; Envoy held the answer's headers "
-            f"{timing(picker, 'answer_headers_us'):.0f} us and each body message "
-            f"{timing(picker, PER_CHUNK):.0f} us for the picker's go-ahead")
+            f"stream and its messages; "
+            + (f"Envoy held the answer's headers {timing(picker, 'answer_headers_us'):.0f} us "
+               f"and each body message {timing(picker, PER_CHUNK):.0f} us for the picker's "
+               "go-ahead (an answer it edits)" if "answer_headers_us" in picker.envoy_timing
+               else "the answer was not held (watched, no edit)"))
     if CASES[case][1]:
         lag = (added(tallies, PICKER, case, "chunk_lag_ms")
                - added(tallies, ROUND_ROBIN, case, "chunk_lag_ms"))

@@ -36,7 +36,7 @@ class Edit:
     answer: bytearray = field(default_factory=bytearray)  # a JSON answer, edited at its end
 
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
-        if self.added is None:
+        if self.added is None:  # from the pick's metadata, forwarded
             strip = set(messages.ours(message).get("strip", "").split(","))
             self.added = Added(usage="usage" in strip, meta_info="meta_info" in strip)
         kind = message.WhichOneof("request")
@@ -54,6 +54,8 @@ class Edit:
     def _chunk(self, body: ext_proc.HttpBody) -> ext_proc.ProcessingResponse:
         assert self.added is not None
         chunk = body.body
+        if not (self.added.usage or self.added.meta_info):  # nothing of the picker's in it
+            return messages.RESPONSE_BODY_CONTINUE
         if self.sse:
             out = client_events(self.splitter, chunk, self.meter, self.added, 0.0)
             if body.end_of_stream:

@@ -140,9 +140,19 @@ REQUEST_BODY_CLEARED: Final = _request_body_cleared()
 
 
 def request_body(body: bytes) -> ext_proc.ProcessingResponse:
-    """A request body chunk's answer that sends `body` in its place."""
+    """A request body chunk's answer that sends `body` in its place (STREAMED)."""
     answer = ext_proc.ProcessingResponse()
     answer.request_body.response.body_mutation.body = body
+    return answer
+
+
+def request_body_streamed(body: bytes, end_of_stream: bool) -> ext_proc.ProcessingResponse:
+    """FULL_DUPLEX_STREAMED (a gateway's own filter): the body Envoy sends on, all of it."""
+    answer = ext_proc.ProcessingResponse()
+    streamed = answer.request_body.response.body_mutation.streamed_response
+    streamed.SetInParent()  # an empty last chunk is still a StreamedBodyResponse
+    streamed.body = body
+    streamed.end_of_stream = end_of_stream
     return answer
 
 

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from backends.client_view import Added
@@ -36,6 +37,8 @@ from router.request.lifecycle import models_listing, plan_for, route_headers, se
 from router.request.upstream_body import upstream_body
 
 Responses = list[ext_proc.ProcessingResponse]
+_FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+_NONE = ProcessingMode.NONE
 # How the pick tells Envoy's route whether the answer has bytes the client must not get (what
 # the picker asked the engine for): such an answer goes through `specroute.edit`.
 EDITED = "edited"
@@ -58,16 +61,25 @@ class Pick:
     chunks: int = 0  # body messages held, each owed an answer after the headers'
     passing: bool = False  # the headers are answered: each chunk goes on as it comes
     done: bool = False  # answered whole (picked, or answered by the picker itself)
+    # How Envoy's filter is set (its first message says): the body echoed back whole
+    # (FULL_DUPLEX_STREAMED, a gateway's own filter) or answered chunk by chunk (STREAMED);
+    # the answer sent on this stream too (one filter) or to a watcher (deploy/envoy's three).
+    duplex: bool = False
+    answers_here: bool = False
+    exchange: Exchange | None = None  # picked, routed
 
     async def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         kind = message.WhichOneof("request")
         if kind == "request_headers":
             self.subset = messages.endpoint_subset(message)
+            modes = message.protocol_config
+            self.duplex = modes.request_body_mode == _FULL_DUPLEX
+            self.answers_here = modes.response_body_mode != _NONE
             return await self._request_headers(message.request_headers)
         if kind == "request_body":
             return await self._request_body(message.request_body)
         if kind == "request_trailers":  # the body ended with trailers, not end_of_stream
-            decided = await self._decide() if self._waiting() else []
+            decided = await self._decide(trailers=True) if self._waiting() else []
             return [*decided, messages.trailers(request=True)]
         return []
 
@@ -95,6 +107,8 @@ class Pick:
 
     async def _request_body(self, body: ext_proc.HttpBody) -> Responses:
         if self.passing:
+            if self.duplex:
+                return [messages.request_body_streamed(body.body, body.end_of_stream)]
             return [messages.REQUEST_BODY_CONTINUE]
         if not self._waiting():  # answered already (an immediate response): nothing goes on
             return []
@@ -105,7 +119,7 @@ class Pick:
             return self._refuse(body_too_large(limit))
         return await self._decide() if body.end_of_stream else []
 
-    async def _decide(self) -> Responses:
+    async def _decide(self, *, trailers: bool = False) -> Responses:
         app = self.app
         received = bytes(self.body)
         try:
@@ -128,8 +142,9 @@ class Pick:
         sending.result.trying(named[0])
         sending.result.sent_at = app[state.DEPS].clock()
         self.done = True
-        exchange = Exchange(app, self.started, plan, sending, named, added)
-        ours = {"exchange": self.exchanges.open(exchange),
+        self.exchange = exchange = Exchange(app, self.started, plan, sending, named, added)
+        # one filter: its answer comes here, on this stream; else to the watcher, by this id
+        ours = {"exchange": "" if self.answers_here else self.exchanges.open(exchange),
                 "answer": EDITED if added.usage or added.meta_info else WATCHED,
                 "strip": ",".join(k for k, on in (("usage", added.usage),
                                                    ("meta_info", added.meta_info)) if on),
@@ -137,11 +152,14 @@ class Pick:
         remove, set_headers = self._for_engine(spec.api_key, decoded=True)
         picked = messages.picked([endpoint_of(t.base_url) for t in named], set_headers, remove,
                                  ours)
-        return [picked, *self._chunk_answers(sent, received)]
+        return [picked, *self._chunk_answers(sent, received, trailers)]
 
-    def _chunk_answers(self, sent: bytes, received: bytes) -> Responses:
+    def _chunk_answers(self, sent: bytes, received: bytes, trailers: bool) -> Responses:
         """One answer per body chunk held: each goes on as it is when the engine gets the
-        client's bytes, else the last carries what it gets instead and the others nothing."""
+        client's bytes, else the last carries what it gets instead and the others nothing.
+        FULL_DUPLEX_STREAMED: the whole body, once."""
+        if self.duplex:
+            return [messages.request_body_streamed(sent, end_of_stream=not trailers)]
         if sent == received:
             return [messages.REQUEST_BODY_CONTINUE] * self.chunks
         if not self.chunks:

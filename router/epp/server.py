@@ -26,6 +26,7 @@ from router.config import Config
 from router.epp.edit import Edit
 from router.epp.exchange import Exchanges, endpoint_of
 from router.epp.pick import Pick
+from router.epp.relay import Relay
 from router.epp.watch import Watch
 from router.instances.pool import POOL
 
@@ -88,11 +89,26 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
             await self._edit(first, context)
 
     async def _pick(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
+        """The pick; then, behind a gateway's single filter, the answer on the same stream."""
         pick = Pick(self.app, self.exchanges, self.fallbacks)
-        while message is not grpc.aio.EOF:
-            for response in await pick.on(message):
-                await context.write(response)
-            message = await context.read()
+        relay: Relay | None = None
+        try:
+            while message is not grpc.aio.EOF:
+                if message.WhichOneof("request") in _REQUEST:
+                    responses = await pick.on(message)
+                else:
+                    relay = relay or Relay(self.app, pick.exchange)
+                    responses = relay.on(message)
+                for response in responses:
+                    await context.write(response)
+                if relay is not None and relay.watch.answered:
+                    await relay.finish(stream_ended=False)
+                message = await context.read()
+        finally:
+            if relay is not None:
+                await relay.finish(stream_ended=True)
+            elif pick.answers_here and pick.exchange is not None:  # ended before the answer
+                await pick.exchange.finish(cut_short=True)
 
     async def _watch(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
         watch = Watch(self.app, self.exchanges)

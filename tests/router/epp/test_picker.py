@@ -36,6 +36,8 @@ from tests.router.conftest import ListSink, ServerFactory, gb10_policy, logged
 ROOT = Path(__file__).resolve().parents[3]
 ORIGINAL_DST = ROOT / "deploy" / "envoy" / "envoy.yaml"
 FALLBACK = ROOT / "deploy" / "envoy" / "envoy-fallback.yaml"
+# a gateway's own single filter: the pick and the answer on one stream (not shipped)
+ONE_FILTER = Path(__file__).with_name("gateway-one-filter.yaml")
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 ASKS: list[dict[str, Any]] = [
@@ -128,15 +130,17 @@ def chat(ask: dict[str, Any]) -> dict[str, Any]:
     return {"model": "sim-model", **ask}
 
 
+@pytest.mark.parametrize("config", [FALLBACK, ONE_FILTER], ids=["shipped", "one filter"])
 async def test_the_picker_chooses_what_the_proxy_chooses_and_logs_the_same_record(
-        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+        aiohttp_server: ServerFactory, tmp_path: Path, config: Path) -> None:
     e = await engines(aiohttp_server)
     proxy = await proxy_front(aiohttp_server, tmp_path, e)
-    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+    async with picker_front(aiohttp_server, tmp_path, e, config=config) as picker:
         for ask in ASKS:
             for front in (proxy, picker):
-                status, _, _ = await post(front.url + "/chat/completions", chat(ask))
+                status, headers, _ = await post(front.url + "/chat/completions", chat(ask))
                 assert status == 200, front
+                assert headers["x-specroute-backend"] in e.servers
         await logged(picker.sink, len(ASKS))
     await logged(proxy.sink, len(ASKS))
     assert len(picker.sink.records) == len(proxy.sink.records) == len(ASKS)
@@ -421,13 +425,14 @@ CHUNK = {"id": "x", "object": "chat.completion.chunk", "model": "sim-model"}
 USAGE = event({**CHUNK, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
 
 
+@pytest.mark.parametrize("config", [FALLBACK, ONE_FILTER], ids=["shipped", "one filter"])
 @pytest.mark.parametrize(("engine", "stream", "ours"), [
     ("vllm", True, USAGE),  # the usage chunk the picker asked for, cut in two
     ("sglang", False, b""),  # `meta_info` the picker asked for, in a JSON answer in pieces
 ])
 async def test_what_the_picker_asked_for_is_dropped_across_pieces_as_the_proxy_drops_it(
         aiohttp_server: ServerFactory, tmp_path: Path, engine: str, stream: bool,
-        ours: bytes) -> None:
+        ours: bytes, config: Path) -> None:
     if stream:
         words = b"".join(event({**CHUNK, "choices": [{"index": 0, "delta": {"content": w}}]})
                          for w in ("Par", "is", "."))
@@ -448,9 +453,11 @@ async def test_what_the_picker_asked_for_is_dropped_across_pieces_as_the_proxy_d
     ask = chat({**ASKS[1], "stream": stream})
     proxy = await proxy_front(aiohttp_server, tmp_path, e)
     _, _, by_proxy = await post(proxy.url + "/chat/completions", ask)
-    async with picker_front(aiohttp_server, tmp_path, e) as picker:
+    async with picker_front(aiohttp_server, tmp_path, e, config=config) as picker:
         status, _, by_picker = await post(picker.url + "/chat/completions", ask)
+        await logged(picker.sink)
     assert status == 200 and by_picker == by_proxy != answer
+    assert picker.sink.records[0].outcome.status == 200
     if stream:
         assert by_picker == answer.replace(ours, b"")
     else:
