@@ -14,6 +14,7 @@ The bookkeeping and the decision-log record are proxy mode's (router/request/lif
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -75,45 +76,52 @@ class Exchange:
 
 
 class Exchanges:
-    """The exchanges picked here and not yet over, by id. An id names this process too: a
-    watcher sent to another picker process finds nothing here and says so."""
+    """The exchanges picked here and not yet claimed by their watcher, by id. An id names this
+    process too: a watcher sent to another picker process finds nothing here and says so."""
 
-    def __init__(self) -> None:
-        self._open: dict[str, Exchange] = {}
+    def __init__(self, unwatched_after_s: float = UNWATCHED_AFTER_S) -> None:
+        self._open: dict[str, tuple[Exchange, float]] = {}  # and when it was picked
+        self._unwatched_after_s = unwatched_after_s
         self._prefix = f"{os.getpid()}-{id(self):x}-"
         self._ids = itertools.count()
-        self._guards: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self._open)
 
     def open(self, exchange: Exchange) -> str:
         key = f"{self._prefix}{next(self._ids)}"
-        self._open[key] = exchange
-        guard = asyncio.get_running_loop().create_task(self._unwatched(key))
-        self._guards.add(guard)
-        guard.add_done_callback(self._guards.discard)
+        loop = asyncio.get_running_loop()
+        self._open[key] = (exchange, loop.time())
+        if self._sweeper is None:  # one task for all, not a timer per request
+            self._sweeper = loop.create_task(self._sweep())
         return key
 
     def claim(self, key: str) -> Exchange | None:
         """The exchange `key` names, for its watcher (once); None when it is not one of ours
         or already over."""
-        exchange = self._open.pop(key, None)
+        exchange, _ = self._open.pop(key, (None, 0.0))
         if exchange is not None:
             exchange.watched = True
         return exchange
 
-    async def _unwatched(self, key: str) -> None:
-        await asyncio.sleep(UNWATCHED_AFTER_S)
-        exchange = self._open.pop(key, None)
-        if exchange is not None and not exchange.watched:
-            await exchange.finish(cut_short=True)
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._unwatched_after_s / 4)
+            due = loop.time() - self._unwatched_after_s
+            for key in [k for k, (_, at) in self._open.items() if at <= due]:
+                exchange, _ = self._open.pop(key)
+                await exchange.finish(cut_short=True)
 
     async def close(self) -> None:
-        """Stop the guards; what is still open is accounted as cut short (the picker stops)."""
-        for guard in list(self._guards):
-            guard.cancel()
-        for exchange in list(self._open.values()):
+        """Stop sweeping; what is still unclaimed is accounted as cut short (the picker
+        stops)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for exchange, _ in list(self._open.values()):
             await exchange.finish(cut_short=True)
         self._open.clear()
 

@@ -246,6 +246,28 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     assert len(exchanges) == 0
 
 
+async def test_a_pick_whose_watcher_never_comes_is_recorded_as_cut_and_frees_its_instance(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # the client left before Envoy passed the request on: no watcher stream ever opens
+    e = await sim_engines(aiohttp_server)
+    sink = ListSink()
+    app = create_app(config_for(e, tmp_path, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    exchanges = Exchanges(unwatched_after_s=0.2)
+    pick = Pick(app, exchanges)
+    await pick.on(headers_message({":method": "POST", ":path": "/v1/chat/completions",
+                                   "content-type": "application/json"}, False))
+    body = ext_proc.HttpBody(body=json.dumps(chat(ASKS[1])).encode(), end_of_stream=True)
+    await pick.on(ext_proc.ProcessingRequest(request_body=body))
+    pool = app[POOL]
+    assert sum(pool.known_inflight(name, app[DEPS].clock()) for name in pool.names) == 1
+    outcome = (await logged(sink))[0].outcome  # bounded wait
+    assert outcome.client_disconnected and len(exchanges) == 0
+    assert sum(pool.known_inflight(name, app[DEPS].clock()) for name in pool.names) == 0
+    await exchanges.close()
+
+
 def answered_by(endpoint: str, content_type: str = "application/json",
                 ) -> ext_proc.ProcessingRequest:
     """Envoy's message of the answer's headers, from the instance at `endpoint`."""
