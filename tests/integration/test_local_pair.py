@@ -79,12 +79,17 @@ async def test_acceptance_is_reported_by_the_mtp_instance(pair: Pair) -> None:
     adapter = ADAPTERS["llamacpp"]
     body = chat(pair.model, PROMPTS["code"], stream=True)
     tweaked = adapter.request_tweaks(body, stream=True, path="/v1/chat/completions")
-    assert tweaked.added_usage
+    assert not tweaked.added_usage and tweaked.body == body  # the client's stream, as asked
     report = read_report({})
     events = await stream(pair, pair.mtp.base_url, tweaked.body)
     for event in events:
         report = merge(report, read_report(event))
-    assert events[-1]["choices"] == [] and "usage" in events[-1]  # the chunk the router strips
+    # the finish chunk carries the timings, with the counts usage would give
+    assert events[-1]["choices"][0]["finish_reason"] and "timings" in events[-1]
+    assert "usage" not in events[-1]
+    content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert report.completion_tokens is not None and report.completion_tokens >= len(content) > 0
+    assert report.prompt_tokens is not None and report.prompt_tokens > 0
     assert report.spec_source == "timings"
     assert report.draft_n is not None and report.draft_n > 0
     assert report.draft_accepted is not None and 0 <= report.draft_accepted <= report.draft_n
