@@ -17,13 +17,16 @@ import structlog
 from aiohttp import web
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
-from backends.client_view import client_events, observed_body
+from backends.client_view import Added, client_events, observed_body
 from backends.sse import SSESplitter, is_event_stream
 from router import state
 from router.epp import messages
 from router.epp.exchange import Exchange, Exchanges, endpoint_of
 
 log = structlog.get_logger("specroute")
+# The watcher reads the engine's bytes and sends none back: no client view to build (the editor
+# builds it where one is needed), so nothing to strip while measuring.
+_AS_SENT = Added()
 
 
 @dataclass
@@ -101,7 +104,7 @@ class Watch:
         exchange = self.exchange
         if self.sse:  # measured as the proxy measures it; what the client got is Envoy's
             client_events(self.splitter, body.body, exchange.sending.result.meter,
-                          exchange.added, self.app[state.DEPS].clock())
+                          _AS_SENT, self.app[state.DEPS].clock())
         else:
             self.answer += body.body  # a copy to read at the end
         if body.end_of_stream:
@@ -115,7 +118,7 @@ class Watch:
             self.splitter.flush()
         else:
             observed_body(bytes(self.answer), self.content_type, exchange.sending.result.meter,
-                          exchange.added, self.app[state.DEPS].clock())
+                          _AS_SENT, self.app[state.DEPS].clock())
         self.answered = True
 
     def complete(self) -> bool:
