@@ -52,7 +52,8 @@ auto's), the share of the oracle's margin over
 the best static arm (a config alone, or least-conn, whichever did better on them) that `auto`
 reached on the requests after the first 10 (closed loop: their latencies summed over the
 clients; open loop: their mean latency; `-` where the oracle's margin is under 3%), and the
-share of edits after the first 10 that went to the n-gram instance. `--json` writes the same
+share of edits after the first 10 that went to the n-gram instance (auto's, least-conn's, and
+the oracle's: those fastest there alone). `--json` writes the same
 rows as JSON.
 """
 
@@ -390,10 +391,24 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
                  and not s.error]
         row.edits_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in later) / len(later)
                                    if later else None)
+    row.edits_on_ngram["oracle"] = oracle_edits_on_ngram(alone)
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
     row.service = service_by_class(alone)
     return row
+
+
+def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
+    """The share of edits after the first FIRST that were fastest on the n-gram instance alone:
+    how many of them the per-request oracle sends there (what `auto`'s share is held to)."""
+    times: dict[int, dict[str, float]] = {}
+    for role in ROLES:
+        for s in alone[role].served:
+            if s.index >= FIRST and s.cls == "edit" and not s.error:
+                times.setdefault(s.index, {})[role] = s.latency
+    whole = [t for t in times.values() if len(t) == len(ROLES)]
+    return (sum(min(t, key=t.__getitem__) == "ngram" for t in whole) / len(whole)
+            if whole else None)
 
 
 def service_by_class(runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
@@ -605,7 +620,7 @@ def _classes(items: Sequence[TrafficRequest]) -> str:
 
 HEADER: Final = (f"  {'load':<10}" + "".join(f"{a:>11}" for a in ARMS)
                  + f"  {'best':>6} {'auto xbest':>10} {'lc xbest':>9} {'oracle xbest':>12}"
-                 f" {'auto xlc':>9}  {'margin@10':>15}  {'edits->ngram@10 auto/lc':>23}")
+                 f" {'auto xlc':>9}  {'margin@10':>15}  {'edits->ngram@10 auto/lc/oracle':>30}")
 
 
 def format_row(row: Row, first: bool = False) -> str:
@@ -613,11 +628,11 @@ def format_row(row: Row, first: bool = False) -> str:
     cells = "".join(f"{row.totals.get(a, float('nan')):>11.2f}" for a in ARMS)
     x = {a: row.x_best.get(a, float("nan")) for a in ("auto", "least-conn", "oracle")}
     margin = f"{_share(row.margin_share)} of {_short(row.margin_base)}"
-    edits = "/".join(_share(row.edits_on_ngram.get(a)) for a in ("auto", "least-conn"))
+    edits = "/".join(_share(row.edits_on_ngram.get(a)) for a in ("auto", "least-conn", "oracle"))
     flags = (" cut" if row.cut else "") + (f" failed {row.failed}" if row.failed else "")
     line = (f"  {row.load:<10}{cells}  {row.best_single:>6} {x['auto']:>10.3f} "
             f"{x['least-conn']:>9.3f} {x['oracle']:>12.3f} {row.auto_x_lc:>9.3f}  {margin:>15}  "
-            f"{edits:>23}{flags}")
+            f"{edits:>30}{flags}")
     return f"{HEADER}\n{line}" if first else line
 
 

@@ -85,6 +85,13 @@ _WHOLE_TAIL = re.compile(
     r"\s+(?:(?:updated|modified|new|edited|revised|changed)\s+)?"
     r"(?:file|files|module|script|program|source|content|contents|listing|code)\b"
     r"(?!\s*(?:path|name))")
+# The ask to give its material back whole ("fix the typos and return it whole", "give me the
+# paragraph back verbatim"), behind cheaper substrings: the answer re-emits what was quoted.
+_BACK_GATES: Final = ("whole", "in full", "entirety", "verbatim", "unchanged")
+_GIVE_BACK = re.compile(
+    r"\b(?:return|give|send|output|print|repeat|reply with|write out)\s+(?:me\s+)?"
+    r"(?:it|them|this|that|these|those|the\s+\w+)(?:\s+back)?\s+"
+    r"(?:whole|in full|in its entirety|verbatim|unchanged)\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +355,9 @@ def reemit_format(text: str) -> bool:
         return True
     if "@@ " in text and _HUNK.search(text):
         return True
-    return any(_whole_phrase(lowered, word) for word in _WHOLE_WORDS)
+    if any(_whole_phrase(lowered, word) for word in _WHOLE_WORDS):
+        return True
+    return any(gate in lowered for gate in _BACK_GATES) and _GIVE_BACK.search(lowered) is not None
 
 
 def _whole_phrase(lowered: str, word: str) -> bool:

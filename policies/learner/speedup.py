@@ -52,7 +52,7 @@ INPUTS: Final = (
     "quoted_size",  # log(1 + those characters) / 10
     "edit_verb",  # rename, refactor, fix, translate, reformat, convert, ...
     "reemit",  # an edit format that re-emits input: whole file, SEARCH/REPLACE, a diff
-    "edit_of_quoted",  # an edit verb times the quoted share: the reply is mostly a copy
+    "edit_of_quoted",  # an edit or re-emit ask times the quoted share: the reply is mostly a copy
 )
 COPY_INPUTS: Final = ("quoted_code", "quoted_json", "quoted_text", "quoted_size", "edit_verb",
                       "reemit", "edit_of_quoted")
@@ -98,10 +98,12 @@ def _copy_inputs(get: Callable[[str, object], object]) -> tuple[float, ...]:
     json_share = _share(get("quoted_json_share", 0))
     text = _share(get("quoted_text_share", 0))
     edit = float(bool(get("edit_verb", False)))
+    reemit = float(bool(get("reemit_format", False)))
+    # asked to edit it or to give it back whole, the reply is mostly a copy of what is quoted
+    copy_ask = max(edit, reemit)
     return (code, json_share, text,
             math.log1p(max(_num(get("quoted_chars", 0)), 0.0)) / 10.0,
-            edit, float(bool(get("reemit_format", False))),
-            edit * min(code + json_share + text, 1.0))
+            edit, reemit, copy_ask * min(code + json_share + text, 1.0))
 
 
 def _share(value: object) -> float:

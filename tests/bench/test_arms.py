@@ -20,7 +20,9 @@ from bench.arms import (
     Served,
     drive_side_by_side,
     main,
+    Run,
     oracle_ceiling,
+    oracle_edits_on_ngram,
     oracle_one_client,
     oracle_open,
     parse_load,
@@ -45,7 +47,7 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
         assert set(row["totals"]) == set(ARMS)
         assert all(math.isfinite(v) and v >= 0 for v in row["totals"].values())
         assert row["best_single"] in ("plain", "ngram", "draft")
-        assert set(row["edits_on_ngram"]) == {"auto", "least-conn"}
+        assert set(row["edits_on_ngram"]) == {"auto", "least-conn", "oracle"}
         assert row["failed"] == 0 and not row["cut"]
         assert set(row["service"]) == {"chat", "edit", "prose"}  # each class alone on each config
         assert all(set(times) == {"plain", "ngram", "draft"} for times in row["service"].values())
@@ -68,6 +70,20 @@ SERVICE = {
 
 def test_one_client_the_oracle_takes_each_requests_fastest_instance() -> None:
     assert oracle_one_client(SERVICE, range(12)) == pytest.approx(12 * 1.0)
+
+
+def test_the_oracles_edits_are_those_fastest_on_ngram_after_the_first_ten() -> None:
+    times = {"plain": [3.0] * 12, "ngram": [1.0] * 12, "draft": [2.0] * 12}
+    times["plain"][11] = 0.5  # one later edit is fastest on plain; one early one (1) does not count
+    times["plain"][1] = 0.5
+    alone = {role: Run(tuple(_served(i, ITEMS[i].cls, role, t) for i, t in enumerate(ts)), False)
+             for role, ts in times.items()}
+    assert FIRST == 10  # the edits after it: 11 alone
+    assert oracle_edits_on_ngram(alone) == 0.0
+    times["plain"][11] = 3.0
+    alone["plain"] = Run(tuple(_served(i, ITEMS[i].cls, "plain", t)
+                               for i, t in enumerate(times["plain"])), False)
+    assert oracle_edits_on_ngram(alone) == 1.0
 
 
 def test_under_load_the_ceiling_spreads_the_classes_and_bounds_every_instance() -> None:

@@ -142,6 +142,9 @@ def test_edit_verbs(text: str, expected: bool) -> None:
         ("```diff\n--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-x\n+y\n```", True),
         ("@@ ... @@\n-class MathWeb:\n+import sympy", True),
         ("*** Begin Patch\n*** Update File: app.py\n*** End Patch", True),
+        ("Fix the spelling mistakes in this paragraph and return it whole:", True),
+        ("Add a comment above the loop and give me the function back verbatim.", True),
+        ("Translate it, then print the text unchanged below it.", True),
         ("请返回完整代码", True),
         ("输出修改后的整个文件", True),
         ("Use the *FULL* file path, as shown to you by the user.", False),
@@ -149,6 +152,8 @@ def test_edit_verbs(text: str, expected: bool) -> None:
         ("Tell me a story about a dragon.", False),
         ("Explain what this diff-like view shows: a + b", False),
         ("Answer questions about the supplied code.", False),
+        ("Explain the whole idea in full detail.", False),
+        ("Return the answer as a number; the input is unchanged.", False),
         ("", False),
     ],
 )

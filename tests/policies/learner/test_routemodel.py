@@ -181,3 +181,19 @@ def test_probes_are_counted_as_the_source_of_a_pace() -> None:
                                          ASSUME))
     assert later.pace_source("plain") == "log" and later.evidence.probes == {"plain": 1}
     assert RouteEvidence.from_json(json.loads(json.dumps(later.evidence.as_json()))) == later.evidence
+
+
+@pytest.mark.parametrize(
+    ("ask", "expected"),
+    [
+        ({"edit_verb": True}, 0.8),  # asked to edit what it quotes
+        ({"reemit_format": True}, 0.8),  # asked to give it back whole
+        ({}, 0.0),  # quotes it, asks neither: a question about it
+    ],
+)
+def test_a_reply_that_copies_what_is_quoted_is_told_by_the_ask(
+    ask: dict[str, bool], expected: float
+) -> None:
+    features = {"quoted_text_share": 0.8, "quoted_chars": 600, **ask}
+    inputs = dict(zip(INPUTS, request_inputs(features, None), strict=True))
+    assert inputs["edit_of_quoted"] == pytest.approx(expected)
