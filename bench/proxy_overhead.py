@@ -586,7 +586,9 @@ async def main(args: argparse.Namespace) -> None:
             base_port = free_port()
             base_work = work / "base"
             base_work.mkdir()
-            base = spawn([sys.executable, "-m", "router", "serve", "--config",
+            profiled = (["-m", "cProfile", "-o", f"{Path(args.profile).resolve()}.baseline"]
+                        if args.profile else [])  # the same profile, to compare them by function
+            base = spawn([sys.executable, *profiled, "-m", "router", "serve", "--config",
                           str(specroute_config(base_work, base_port, up_port))],
                          work / "base.log", tree=Path(args.baseline).resolve())
             processes.append(base)
@@ -628,7 +630,8 @@ if __name__ == "__main__":
     parser.add_argument("--memory-requests", type=int, default=20_000)
     parser.add_argument("--max-seconds", type=float, default=900.0, help="wall-time bound")
     parser.add_argument("--skip-nginx", action="store_true")
-    parser.add_argument("--profile", default="", help="run specroute under cProfile, stats here")
+    parser.add_argument("--profile", default="",
+                        help="run specroute under cProfile, stats here (the baseline's: .baseline)")
     parser.add_argument("--baseline", default="", help="also run specroute from this checkout")
     parser.add_argument("--configs", type=int, choices=[2, 4], default=2,
                         help="4: also run specroute deciding among four speculation configs")
