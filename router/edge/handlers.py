@@ -108,14 +108,17 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
     sending = await send_begins(app[CORE], app[state.SESSION], plan, started)
     result = sending.result
     ended = False
+    publishing = app.get(REPLICAS) is not None
 
     async def answered() -> None:
         # The engine is free: other replicas hear of it before this client can send its next
-        # request (through one of them); the yield lets the publisher send it first.
+        # request (through one of them); the yield lets the publisher send it first. Alone, no
+        # one is told: no yield (a turn of the loop per request).
         nonlocal ended
         ended = True
         pool.end(primary, sending.ticket, deps.clock())
-        await asyncio.sleep(0)
+        if publishing:
+            await asyncio.sleep(0)
 
     try:
         return await forward(Outbound(
