@@ -28,6 +28,11 @@ class Scores:
         return {
             "class": self.top_class,
             "lang": self.lang,
-            "scores": {k: round(v, 4) for k, v in self.scores.items()},
+            "scores": self.logged_scores(),
             "artifact": self.artifact,
         }
+
+    def logged_scores(self) -> dict[str, float]:
+        """The probabilities as the decision log has them (4 decimals): what the route model
+        reads, at the decision and in the learner alike."""
+        return {k: round(v, 4) for k, v in self.scores.items()}

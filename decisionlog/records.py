@@ -9,7 +9,7 @@ Any change to field names or meanings bumps `SCHEMA_VERSION`; readers accept eve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import isfinite
 from typing import Any, Final
@@ -67,6 +67,9 @@ class RouteRecord:
     rewrite: Mapping[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # In memory only, never written: the route model's inputs the decision priced (built from
+    # `features` and the logged scores), so that the proxy's own learner takes them as they are.
+    inputs: Sequence[float] | None = field(default=None, compare=False, repr=False)
 
     @property
     def acceptance(self) -> float | None:
@@ -228,7 +231,9 @@ def parse_lines(lines: Iterable[str], stats: ReadStats | None = None) -> Iterato
 
 _OUTCOME_FIELDS: Final = frozenset(Outcome.__dataclass_fields__)
 _OUTCOME_ORDER: Final = tuple(Outcome.__dataclass_fields__)
-_RECORD_FIELDS: Final = tuple(n for n in RouteRecord.__dataclass_fields__ if n != "schema_version")
+# written in this order after schema_version; `inputs` never (in memory only)
+_RECORD_FIELDS: Final = tuple(n for n in RouteRecord.__dataclass_fields__
+                              if n not in ("schema_version", "inputs"))
 
 
 def _from_v1(data: dict[str, Any]) -> RouteRecord:

@@ -19,6 +19,7 @@ it for a named pool.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
@@ -30,7 +31,7 @@ from policies.decision.finish import THIN_BELOW, Candidate, soonest, spread_draw
 from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
-from policies.learner.speedup import MTP_CONFIG, Prediction, inputs
+from policies.learner.speedup import MTP_CONFIG, Prediction, Vector, inputs
 from policies.policyfile.schema import Policy
 from policies.policyfile.words import Profile, Route
 
@@ -57,6 +58,9 @@ class Decision:
     finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
     speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
+    # the route model's inputs the speedups were predicted from (None: none were), packed; not
+    # logged: the record carries them to the learner, which need not build them again
+    inputs: array[float] | None = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -107,8 +111,10 @@ def place(
     eligible = [b for b in healthy if allowed(b)]
     if not eligible and healthy:
         eligible, reason = healthy, f"{reason}+unhealthy_failover"
-    speedups = predict_speedups(policy, features, scores, model,
-                                {b.config for b in eligible} - {PLAIN_CONFIG}, z)
+    configs = {b.config for b in eligible} - {PLAIN_CONFIG}
+    x = request_inputs(features, scores) if configs and _greedy_decoding(policy, features) \
+        else None
+    speedups = predict_speedups(x, model, configs, z)
     tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
     held = ask.held
     sticky = held if held is not None and policy.stickiness.enabled else None
@@ -125,6 +131,7 @@ def place(
         tokens=tokens, speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), config=chosen.config,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
+        inputs=None if x is None else array("d", x.tobytes()),
     )
 
 
@@ -176,21 +183,27 @@ def predict_speedup(
     """The request's predicted log-speedup on an instance of `config` (greedy or not)."""
     if not _greedy_decoding(policy, features):  # reads no input: none built
         return model.sampled_speedup(config)
-    return model.speedup(inputs(features.as_dict(), scores.scores if scores else None), config)
+    return model.speedup(request_inputs(features, scores), config)
+
+
+def request_inputs(features: Features, scores: Scores | None) -> Vector:
+    """The route model's inputs for the request, from its features and class scores as the
+    decision log records them (so the learner, reading the record, reads the same)."""
+    return inputs(features.as_dict(), scores.logged_scores() if scores else None)
 
 
 def predict_speedups(
-    policy: Policy, features: Features, scores: Scores | None, model: RouteModel,
-    configs: Iterable[str], z: float,
+    x: Vector | None, model: RouteModel, configs: Iterable[str], z: float,
 ) -> dict[str, Drawn]:
     """Each speculating config's predicted log-speedup for the request and its draw: one
     standard normal draw per config, each from `z` (the first config's is `z` itself), so
-    that configs are explored independently of each other."""
+    that configs are explored independently of each other. `x`: the request's inputs when it
+    decodes greedily; None, it is sampled or thinking (one figure per config, whatever the
+    request)."""
     names = tuple(sorted(configs))
     if not names:
         return {}
-    if _greedy_decoding(policy, features):
-        x = inputs(features.as_dict(), scores.scores if scores else None)
+    if x is not None:
         predictions = model.speedups(x, names)
     else:
         predictions = [model.sampled_speedup(config) for config in names]

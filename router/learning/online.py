@@ -17,11 +17,9 @@ relearns its own log before its first publish, router/learning/relearn.relearn_o
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -54,26 +52,6 @@ from policies import (
 MAX_PENDING: Final = 20_000
 
 
-class Kept(NamedTuple):
-    """An observation kept for re-applying, its speedup inputs packed: 16 floats in one array
-    instead of 16 float objects and a tuple (~440 bytes an observation instead of ~740; the
-    deque holds up to MAX_PENDING of them when no learner trims it)."""
-
-    observation: Observation  # with inputs=None when `inputs` holds them
-    inputs: array[float] | None
-
-    @staticmethod
-    def of(observation: Observation) -> Kept:
-        if observation.inputs is None:
-            return Kept(observation, None)
-        return Kept(replace(observation, inputs=None), array("d", observation.inputs))
-
-    def unpacked(self) -> Observation:
-        if self.inputs is None:
-            return self.observation
-        return replace(self.observation, inputs=tuple(self.inputs))
-
-
 class OnlineModel:
     """The store's prior and evidence plus the records logged since; `model` is current."""
 
@@ -81,7 +59,7 @@ class OnlineModel:
 
     def __init__(self, store: PolicyStore) -> None:
         self._store = store
-        self._pending: deque[Kept] = deque(maxlen=MAX_PENDING)
+        self._pending: deque[Observation] = deque(maxlen=MAX_PENDING)
         self._snapshot: Snapshot | None = None
         self._recent = RouteEvidence()
         self._recent_arms = EMPTY_ARMS
@@ -112,7 +90,7 @@ class OnlineModel:
         """This replica's own sums (its learned state and the records added since): what it
         publishes to the other replicas."""
         snapshot = self._snapshot_in_force()
-        recent_through = self._pending[-1].observation.ts if self._pending else ""
+        recent_through = self._pending[-1].ts if self._pending else ""
         return self._base(snapshot).merged(Sums(self._recent, self._recent_arms, recent_through))
 
     def set_others(self, others: Sums) -> None:
@@ -170,7 +148,7 @@ class OnlineModel:
         observations = [o for o in map(observation_from_record, records) if o is not None]
         if not observations:
             return
-        self._pending.extend(map(Kept.of, observations))
+        self._pending.extend(observations)
         snapshot = self._store.snapshot
         if snapshot is not self._snapshot or self._model is None:
             self._rebase(snapshot)
@@ -191,14 +169,13 @@ class OnlineModel:
             self._model = self._build(snapshot)
             return
         through = self._base(snapshot).through
-        kept = [k for k in self._pending if not through or k.observation.ts > through]
+        kept = [o for o in self._pending if not through or o.ts > through]
         self._pending = deque(kept, maxlen=MAX_PENDING)
         recent = RouteEvidence()
-        unpacked = [k.unpacked() for k in kept]
-        for observation in unpacked:
+        for observation in kept:
             recent = observe(recent, observation, snapshot.policy.assume)
         self._snapshot, self._recent = snapshot, recent
-        self._recent_arms = learn_arms(unpacked)
+        self._recent_arms = learn_arms(kept)
         self._model = self._build(snapshot)
 
     def _build(self, snapshot: Snapshot) -> RouteModel:

@@ -70,4 +70,5 @@ def record_for(
         overhead_ms=round(overhead, 3),
         content=content,
         rewrite=plan.rewrite.as_dict() if plan.rewrite is not None else None,
+        inputs=plan.decision.inputs,
     )

@@ -33,6 +33,17 @@ def test_content_only_when_present() -> None:
     assert json.loads(line)["content"] == {"last_user": "hi"}
 
 
+def test_the_decisions_inputs_stay_in_memory() -> None:
+    from array import array
+    from dataclasses import replace
+
+    with_inputs = replace(RECORD, inputs=array("d", [1.0, 0.5]))
+    line = to_json(with_inputs)
+    assert line == to_json(RECORD) and "inputs" not in json.loads(line)
+    read = parse_line(line)
+    assert read is not None and read.inputs is None
+
+
 def test_readers_skip_and_count_what_they_cannot_read() -> None:
     good = to_json(RECORD)
     future = json.dumps({**json.loads(good), "schema_version": 99})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -181,6 +182,18 @@ def test_the_record_carries_the_prediction() -> None:
     assert record["backend"] == "mtp-0" and record["queue_ms"] == 0.0
     assert record["tokens"] == 64.0  # max_tokens caps the expected reply
     assert set(record["finish_ms"]) == {"mtp-0", "plain-0"}  # type: ignore[arg-type]
+
+
+def test_the_decision_priced_the_inputs_the_learner_reads_from_its_record() -> None:
+    # scores with more than the log's 4 decimals: the decision reads them as the log has them
+    scores = Scores("code", "en", {"code": 0.712345678, "chat": 0.287654321})
+    d = decide(Ask(FEATURES, scores), State(POLICY, GB10, IDLE))
+    logged = json.loads(json.dumps({"features": FEATURES.as_dict(), "scores": scores.as_dict()}))
+    assert d.inputs is not None
+    assert list(d.inputs) == list(request_inputs(logged["features"], logged["scores"]["scores"]))
+    sampled = decide(Ask(replace(FEATURES, temperature=0.7, greedy=False), scores),
+                     State(POLICY, GB10, IDLE))
+    assert sampled.inputs is None  # a sampled request's speedup reads no input
 
 
 def test_failover_order_puts_the_choice_first_then_healthy_same_profile() -> None:
