@@ -362,6 +362,7 @@ def _as_logged(record: Any) -> dict[str, Any]:
     """`dataclasses.asdict(record)` as JSON would carry it, without the optional members a
     line leaves out when they are empty."""
     data: dict[str, Any] = json.loads(json.dumps(asdict(record), default=str))
+    del data["inputs"]  # the priced inputs live in memory only, never in a line
     for name in ("content", "rewrite"):
         if data[name] is None:
             del data[name]
