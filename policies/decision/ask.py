@@ -1,12 +1,13 @@
 """What the decision takes: one request (`Ask`) and the state it is decided in (`State`).
 
-Pure data: frozen dataclasses, built by the caller once per request.
+Pure data: frozen dataclasses and named tuples, built by the caller once per request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from classifiers.features import Features
 from classifiers.scores import Scores
@@ -36,9 +37,9 @@ class Ask:
         return replace(self, features=features)
 
 
-@dataclass(frozen=True, slots=True)
-class BackendState:
-    """What the decision needs to know about one backend instance."""
+class BackendState(NamedTuple):
+    """What the decision needs to know about one backend instance (a named tuple: every
+    decision reads one per instance, built ~2x cheaper than a frozen dataclass)."""
 
     name: str
     profile: str

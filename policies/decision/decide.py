@@ -27,7 +27,7 @@ from typing import Final, NamedTuple
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
-from policies.decision.finish import THIN_BELOW, Candidate, soonest, spread_draw
+from policies.decision.finish import THIN_BELOW, Candidate, soonest, spread_draws
 from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
@@ -207,8 +207,9 @@ def predict_speedups(
         predictions = model.speedups(x, names)
     else:
         predictions = [model.sampled_speedup(config) for config in names]
-    return {config: Drawn(p, p.sample(spread_draw(z, i)))
-            for i, (config, p) in enumerate(zip(names, predictions, strict=True))}
+    draws = spread_draws(z, len(names))
+    return {config: Drawn(p, p.sample(draw))
+            for config, p, draw in zip(names, predictions, draws, strict=True)}
 
 
 def candidate(

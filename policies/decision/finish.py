@@ -66,6 +66,9 @@ class Queued(NamedTuple):
     work_ms: float
 
 
+IDLE: Final = Queued(0, 0.0)
+
+
 def queued_ms(inflight: Sequence[InFlight]) -> float:
     """Work ahead on an instance that serves one request at a time, oldest first: what is left
     of the oldest request, then the whole predicted time of the others."""
@@ -79,6 +82,8 @@ def queued_work(running: Collection[tuple[float, float]], now: float,
     `freed_at`: when a request here last ended. The oldest request has been served only since
     then, or since it was sent: the time it waited behind the one that ended is not service
     (counted as service, a request that just started after a long wait looked nearly done)."""
+    if not running:  # an idle instance: most of them, at most loads
+        return IDLE
     predicted = [ms for ms, _ in running]
     elapsed = [(now - sent) * 1000.0 if now > sent else 0.0 for _, sent in running]
     served_ms = (now - freed_at) * 1000.0 if now > freed_at else 0.0
@@ -95,9 +100,9 @@ def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float],
     return left + (math.fsum(predicted) - predicted[head])
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """What the rule knows about one healthy instance for this request."""
+class Candidate(NamedTuple):
+    """What the rule knows about one healthy instance for this request (a named tuple, as
+    `InFlight`: one per instance per decision)."""
 
     name: str
     profile: str
@@ -179,12 +184,13 @@ _DRAWN: Final = itemgetter(1)
 _GOLDEN: Final = (math.sqrt(5.0) - 1.0) / 2.0
 
 
-def spread_draw(z: float, i: int) -> float:
-    """The `i`-th of several standard normal draws made from one, `z` (the 0th is `z`): one
-    per speculation config, so that a draw that favours one does not favour them all."""
-    if i == 0 or z == 0.0:
-        return z  # 0: the posterior median for every config, no exploration
-    return normal_draw((_STANDARD_NORMAL.cdf(z) + _GOLDEN * i) % 1.0)
+def spread_draws(z: float, count: int) -> list[float]:
+    """`count` standard normal draws made from one, `z` (the first is `z`): one per
+    speculation config, so that a draw that favours one does not favour them all."""
+    if z == 0.0:
+        return [0.0] * count  # the posterior median for every config, no exploration
+    uniform = _STANDARD_NORMAL.cdf(z)  # once: each further draw moves it on
+    return [z, *(normal_draw((uniform + _GOLDEN * i) % 1.0) for i in range(1, count))]
 
 
 def normal_draw(uniform: float | None) -> float:

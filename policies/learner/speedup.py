@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -193,9 +193,9 @@ def normal_cdf(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """log-speedup ~ Normal(mean, sd) for one request (sd: the model's uncertainty)."""
+class Prediction(NamedTuple):
+    """log-speedup ~ Normal(mean, sd) for one request (sd: the model's uncertainty; a named
+    tuple: every decision builds one per speculation config)."""
 
     mean: float
     sd: float

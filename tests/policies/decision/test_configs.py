@@ -12,7 +12,7 @@ from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import decide
-from policies.decision.finish import InFlight, normal_draw, spread_draw
+from policies.decision.finish import InFlight, normal_draw, spread_draws
 from policies.decision.route import decide_route
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather
 from policies.policyfile.machine import NEUTRAL
@@ -53,15 +53,16 @@ def test_an_edit_waits_for_a_busy_ngram_instance_only_while_that_is_sooner(
 ) -> None:
     ask = Ask(EDIT, Scores("code", "en", {"code": 1.0}))
     queue = (InFlight(predicted_ms=remaining_ms + 100.0, elapsed_ms=100.0),)
-    busy = (TRIO[0], replace(TRIO[1], inflight=1, queue=queue), TRIO[2])
+    busy = (TRIO[0], TRIO[1]._replace(inflight=1, queue=queue), TRIO[2])
     assert decide(ask, State(POLICY, LEARNED, busy)).backend == backend
 
 
 def test_the_first_config_draws_as_before_and_the_others_draw_apart() -> None:
     z = normal_draw(0.9)
-    assert spread_draw(z, 0) == z and spread_draw(0.0, 3) == 0.0
-    draws = [spread_draw(z, i) for i in range(1, 6)]
-    assert len({round(d, 6) for d in draws}) == 5
+    assert spread_draws(0.0, 3) == [0.0, 0.0, 0.0]
+    first, *draws = spread_draws(z, 6)
+    assert first == z and len(draws) == 5
+    assert len({round(d, 6) for d in [z, *draws]}) == 6
     assert all(-6 < d < 6 for d in draws)
 
 
@@ -77,7 +78,7 @@ def test_with_nothing_measured_a_thin_config_is_drawn_and_the_median_is_plain() 
 
 # --- configs as a route's arms: one variant, priced per request -------------------------------
 
-POOLED = tuple(replace(b, pools=frozenset({b.spec})) if b.spec else b for b in TRIO)
+POOLED = tuple(b._replace(pools=frozenset({b.spec})) if b.spec else b for b in TRIO)
 
 
 @pytest.mark.parametrize(("features", "backend", "arm"), [

@@ -171,7 +171,7 @@ def test_no_healthy_instance_of_the_pinned_profile_fails_over() -> None:
     backends = (BackendState("mtp-0", "mtp", healthy=False), BackendState("plain-0", "plain"))
     d = decide(Ask(FEATURES, _scores("agent"), RequestContext(header_route="mtp")), State(POLICY, GB10, backends))
     assert (d.backend, d.reason) == ("plain-0", "header+unhealthy_failover")
-    none = tuple(replace(b, healthy=False) for b in IDLE)
+    none = tuple(b._replace(healthy=False) for b in IDLE)
     d = decide(Ask(FEATURES, _scores("agent")), State(POLICY, GB10, none))
     assert (d.backend, d.reason) == ("", "no_healthy_backend")
 

@@ -179,7 +179,7 @@ def test_a_named_pool_is_not_subject_to_the_mtp_or_plain_overrides() -> None:
 
 
 def test_an_unhealthy_pool_fails_over_and_a_held_conversation_stays() -> None:
-    down = (BACKENDS[0], replace(BACKENDS[1], healthy=False), replace(BACKENDS[2], healthy=False))
+    down = (BACKENDS[0], BACKENDS[1]._replace(healthy=False), BACKENDS[2]._replace(healthy=False))
     routed = decide_route(Ask(FEATURES, _scores("chat")), State(_policy({"chat": NOTHINK}), GB10, down))
     assert routed.decision.backend == "mtp-0"
     assert routed.decision.reason == "pool+unhealthy_failover"
