@@ -23,16 +23,21 @@ class Scores:
     lang: str
     scores: Mapping[str, float] = field(default_factory=dict)
     artifact: str = ""
+    # the probabilities as logged, rounded once: the decision and the record read them both
+    _logged: dict[str, float] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_logged", {k: round(v, 4) for k, v in self.scores.items()})
 
     def as_dict(self) -> dict[str, object]:
         return {
             "class": self.top_class,
             "lang": self.lang,
-            "scores": self.logged_scores(),
+            "scores": dict(self._logged),  # the record's own: a line may be changed
             "artifact": self.artifact,
         }
 
-    def logged_scores(self) -> dict[str, float]:
+    def logged_scores(self) -> Mapping[str, float]:
         """The probabilities as the decision log has them (4 decimals): what the route model
         reads, at the decision and in the learner alike."""
-        return {k: round(v, 4) for k, v in self.scores.items()}
+        return self._logged

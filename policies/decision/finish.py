@@ -66,7 +66,7 @@ class Queued(NamedTuple):
     work_ms: float
 
 
-IDLE: Final = Queued(0, 0.0)
+IDLE_QUEUE: Final = Queued(0, 0.0)
 
 
 def queued_ms(inflight: Sequence[InFlight]) -> float:
@@ -83,7 +83,7 @@ def queued_work(running: Collection[tuple[float, float]], now: float,
     then, or since it was sent: the time it waited behind the one that ended is not service
     (counted as service, a request that just started after a long wait looked nearly done)."""
     if not running:  # an idle instance: most of them, at most loads
-        return IDLE
+        return IDLE_QUEUE
     predicted = [ms for ms, _ in running]
     elapsed = [(now - sent) * 1000.0 if now > sent else 0.0 for _, sent in running]
     served_ms = (now - freed_at) * 1000.0 if now > freed_at else 0.0

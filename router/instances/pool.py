@@ -32,7 +32,7 @@ from aiohttp import web
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import BackendState, queued_work
+from policies import IDLE_QUEUE, BackendState, queued_work
 from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
@@ -128,6 +128,7 @@ class BackendPool:
             name: frozenset(p for p, members in (pools or {}).items() if name in members)
             for name in self._backends
         }
+        self._idle = self._idle_states()
 
     @property
     def names(self) -> list[str]:
@@ -139,7 +140,13 @@ class BackendPool:
     def states(self, now: float) -> list[BackendState]:
         states = []
         fallback_ms: float | None = None  # asked for only when someone else's work is seen
+        own, idle = self._own, self._idle
         for b in self._backends.values():
+            if not (b.running or b.replicas or b.bypass) and b.spec.name in own:
+                # nothing on it, no one else's: the state built once (most instances, most
+                # of the time)
+                states.append(idle[b.spec.name][b.healthy(now)])
+                continue
             # every decision reads every instance's queue: summed up here, not one object per
             # request in flight
             running: Collection[Running] = b.running.values()
@@ -158,6 +165,15 @@ class BackendPool:
                                        tie_rank=self._tie_rank[b.spec.name],
                                        contended=contended, spec=b.spec.spec_key))
         return states
+
+    def _idle_states(self) -> dict[str, tuple[BackendState, BackendState]]:
+        """Each instance's state while nothing runs on it, (unhealthy, healthy)."""
+        def idle(name: str, healthy: bool) -> BackendState:
+            return BackendState(name, self._backends[name].spec.profile, healthy, 0,
+                                pools=self._pools[name], queued=IDLE_QUEUE,
+                                tie_rank=self._tie_rank[name],
+                                spec=self._backends[name].spec.spec_key)
+        return {name: (idle(name, False), idle(name, True)) for name in self._backends}
 
     def _mean_typical_ms(self) -> float:
         known = [b.typical_ms for b in self._backends.values() if b.typical_ms > 0]
@@ -232,6 +248,7 @@ class BackendPool:
         profiles = [b.spec.profile for b in self._backends.values()]
         self._own = share(names, profiles, position, replicas)
         self._tie_rank = ranks(names, self._own)
+        self._idle = self._idle_states()
         self._owner = {name: replica for i, replica in enumerate(self._everyone)
                        for name in share(names, profiles, i, replicas)}
 
