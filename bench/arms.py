@@ -3,18 +3,20 @@ connections and the per-request oracle, on code edits and on chat.
 
     .venv/bin/python -m bench.arms [--backends sim|real] [--machines cpu-pair gb10]
         [--mixes mixed chat edit] [--max-tokens 96 400] [--loads 1 2 open]
-        [--requests 24] [--time-scale 0.02] [--open-load 0.8] [--max-seconds 3600]
+        [--configs plain ngram draft] [--requests 24] [--time-scale 0.02] [--open-load 0.8]
+        [--max-seconds 3600]
 
 Three instances, one per speculation config: `plain`, `ngram` (prompt lookup, llama.cpp's
-`ngram-simple`) and `draft` (a draft model at depth 1). `--backends sim`: simulated engines
-(`backends/local/simulator.py`, one request at a time each, paced at `--time-scale` of real
-time) on each of `--machines` (`simulator.MACHINES`; the draft instance is the MTP-1 cost model
-with `DRAFT_ACCEPTANCE`); `--backends real`: the local llama.cpp instances of Qwen2.5-Coder-1.5B
-(the 0.5B as draft), launched once and shared by every run. In front of them, the real proxy
-(in this process, the shipped policy and classifier): one for the pinned arms, and a fresh one
-(cold: the policy's prior, then the startup probe, learning online from its own records) for
-each `auto` run. Requests are greedy and not streamed (`cache_prompt: false` on the real
-engines, so that every instance computes the same answer from scratch).
+`ngram-simple`) and `draft` (a draft model at depth 1); `--configs` takes fewer (`plain ngram`:
+the pair without the draft model, whose 0.5B costs more than it saves here). `--backends sim`:
+simulated engines (`backends/local/simulator.py`, one request at a time each, paced at
+`--time-scale` of real time) on each of `--machines` (`simulator.MACHINES`; the draft instance
+is the MTP-1 cost model with `DRAFT_ACCEPTANCE`); `--backends real`: the local llama.cpp
+instances of Qwen2.5-Coder-1.5B (the 0.5B as draft), launched once and shared by every run. In
+front of them, the real proxy (in this process, the shipped policy and classifier): one for the
+pinned arms, and a fresh one (cold: the policy's prior, then the startup probe, learning online
+from its own records) for each `auto` run. Requests are greedy and not streamed (`cache_prompt:
+false` on the real engines, so that every instance computes the same answer from scratch).
 
 Traffic (`bench.traffic.make_edit_mix`): `mixed` (half code and text edits: a 20-24 line
 function or a paragraph returned whole with a rename or a small change; the rest chat and
@@ -378,11 +380,12 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
     rest = {arm: run.rest(load) for arm, run in runs.items()}
     row.totals = {arm: run.total(load) for arm, run in runs.items()}
     row.totals["oracle"], rest["oracle"] = oracle
-    row.best_single = min(ROLES, key=lambda r: _or_inf(row.totals[r]))
+    roles = tuple(alone)  # the configs in this run
+    row.best_single = min(roles, key=lambda r: _or_inf(row.totals[r]))
     best = row.totals[row.best_single]
     row.x_best = {arm: best / total for arm, total in row.totals.items() if total > 0}
     row.auto_x_lc = row.totals["least-conn"] / row.totals["auto"]
-    row.margin_base = min((*ROLES, "least-conn"), key=lambda arm: _or_inf(rest[arm]))
+    row.margin_base = min((*roles, "least-conn"), key=lambda arm: _or_inf(rest[arm]))
     base = rest[row.margin_base]
     margin = base - rest["oracle"]
     row.margin_share = (base - rest["auto"]) / margin if margin > MARGIN_FLOOR * base else None
@@ -390,7 +393,7 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
         later = [s for s in runs[arm].served if s.index >= FIRST and s.cls == "edit"
                  and not s.error]
         row.edits_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in later) / len(later)
-                                   if later else None)
+                                   if later and "ngram" in names else None)
     row.edits_on_ngram["oracle"] = oracle_edits_on_ngram(alone)
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
@@ -401,12 +404,14 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
 def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
     """The share of edits after the first FIRST that were fastest on the n-gram instance alone:
     how many of them the per-request oracle sends there (what `auto`'s share is held to)."""
+    if "ngram" not in alone:
+        return None
     times: dict[int, dict[str, float]] = {}
-    for role in ROLES:
+    for role in alone:
         for s in alone[role].served:
             if s.index >= FIRST and s.cls == "edit" and not s.error:
                 times.setdefault(s.index, {})[role] = s.latency
-    whole = [t for t in times.values() if len(t) == len(ROLES)]
+    whole = [t for t in times.values() if len(t) == len(alone)]
     return (sum(min(t, key=t.__getitem__) == "ngram" for t in whole) / len(whole)
             if whole else None)
 
@@ -414,7 +419,7 @@ def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
 def service_by_class(runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
     """Each class's mean latency on each config alone (the 1-client runs: service times)."""
     out: dict[str, dict[str, float]] = {}
-    for role in ROLES:
+    for role in runs:
         by_class: dict[str, list[float]] = {}
         for s in runs[role].served:
             if not s.error:
@@ -449,10 +454,11 @@ def _class_of(body: Mapping[str, Any]) -> str:
     return str(meta.get("bench_class", "chat")) if isinstance(meta, Mapping) else "chat"
 
 
-async def sim_instances(machine: str, time_scale: float, stops: list[Stop]) -> list[Instance]:
-    """The three configs as simulated engines of `machine`, serving one request at a time."""
+async def sim_instances(machine: str, time_scale: float, stops: list[Stop],
+                        roles: Sequence[str] = ROLES) -> list[Instance]:
+    """The configs `roles` as simulated engines of `machine`, serving one request at a time."""
     out = []
-    for role in ROLES:
+    for role in roles:
         state = SimState(profile="plain" if role == "plain" else "mtp",
                          speculation="ngram" if role == "ngram" else "", cost=MACHINES[machine],
                          acceptance=DRAFT_ACCEPTANCE, reply_tokens=1024, time_scale=time_scale,
@@ -465,20 +471,23 @@ async def sim_instances(machine: str, time_scale: float, stops: list[Stop]) -> l
     return out
 
 
-async def real_instances(workdir: Path, stops: list[Stop]) -> tuple[list[Instance], str]:
-    """The local llama.cpp instances (plain, ngram-simple, the draft model at depth 1),
-    launched by the supervisor (stopped by their process groups' PIDs), and their model id."""
+async def real_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] = ROLES
+                         ) -> tuple[list[Instance], str]:
+    """The local llama.cpp instances of `roles` (plain, ngram-simple, the draft model at depth
+    1), launched by the supervisor (stopped by their process groups' PIDs), and their model
+    id."""
     from backends.supervisor import Supervisor
     from router.ops.demo import local_instances
 
-    launched, model = local_instances()
+    every, model = local_instances()
+    chosen = [(spec, role) for spec, role in zip(every, ROLES, strict=True) if role in roles]
     session = aiohttp.ClientSession()
     stops.append(session.close)
-    supervisor = Supervisor(launched, workdir / "backends", session=session)
+    supervisor = Supervisor([spec for spec, _ in chosen], workdir / "backends", session=session)
     await supervisor.start()
     stops.insert(0, supervisor.stop)
     out = []
-    for spec, role in zip(launched, ROLES, strict=True):
+    for spec, role in chosen:
         out.append(Instance(role, BackendSpec(name=spec.name, engine="llamacpp",
                                               url=spec.base_url,
                                               speculation=spec.speculation or SPECULATION[role])))
@@ -523,6 +532,7 @@ class Settings:
     deadline: float  # monotonic
     real: bool = False
     model: str = "bench-model"
+    roles: tuple[str, ...] = ROLES  # the configs that take part, one instance each
 
 
 def bodies(mix: str, settings: Settings, max_tokens: int) -> list[TrafficRequest]:
@@ -562,14 +572,14 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     one = Load("1 client", 1)
     # each request on each instance (the oracle's replay), and at 1 client auto and least-conn
     # beside them, request by request
-    arms: dict[str, Arm] = {role: (pinned, Pinned(names[role])) for role in ROLES}
+    arms: dict[str, Arm] = {role: (pinned, Pinned(name)) for role, name in names.items()}
     async with contextlib.AsyncExitStack() as stack:
         if one in settings.loads:
             cold = await stack.enter_async_context(proxy(workdir / next(serial), instances))
             arms |= {"auto": (cold, Pinned("auto")),
                      "least-conn": (pinned, LeastConn(list(names.values())))}
         side_by_side = await drive_side_by_side(arms, items, next(serial), bound(len(arms)))
-    alone = {role: side_by_side[role] for role in ROLES}
+    alone = {role: side_by_side[role] for role in names}
     service = {names[r]: {s.index: s.latency for s in run.served if not s.error}
                for r, run in alone.items()}
     timed = complete(service, items)
@@ -601,8 +611,8 @@ async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequen
                   deadline: float, arrivals: Sequence[float]) -> dict[str, Run]:
     """Every arm under a load of more than one request at a time, one arm after another (they
     share the instances: side by side they would load each other)."""
-    runs = {role: await drive(pinned, items, load, Pinned(names[role]), next(serial), deadline,
-                              arrivals) for role in ROLES}
+    runs = {role: await drive(pinned, items, load, Pinned(name), next(serial), deadline,
+                              arrivals) for role, name in names.items()}
     async with proxy(workdir / next(serial), instances) as cold:
         runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), deadline,
                                    arrivals)
@@ -650,7 +660,7 @@ async def run(settings: Settings, backends: str, machines: Sequence[str], time_s
     if backends == "real":
         stopping: list[Stop] = []
         try:
-            instances, model = await real_instances(workdir / "real", stopping)
+            instances, model = await real_instances(workdir / "real", stopping, settings.roles)
             real = replace(settings, real=True, model=model)
             rows += await bench_instances("real", instances, real, workdir / "real")
         finally:
@@ -660,7 +670,7 @@ async def run(settings: Settings, backends: str, machines: Sequence[str], time_s
     for machine in machines:
         stops: list[Stop] = []
         try:
-            instances = await sim_instances(machine, time_scale, stops)
+            instances = await sim_instances(machine, time_scale, stops, settings.roles)
             rows += await bench_instances(f"sim {machine}", instances, settings,
                                           workdir / machine)
         finally:
@@ -682,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="answer lengths (max_tokens of every request)")
     parser.add_argument("--loads", nargs="+", default=["1", "2", "open"],
                         help="closed-loop clients (a number) or 'open' (Poisson arrivals)")
+    parser.add_argument("--configs", nargs="+", default=list(ROLES), choices=list(ROLES),
+                        help="the configs that take part, one instance each (at least two)")
     parser.add_argument("--requests", type=int, default=24, help="requests per run (> 10)")
     parser.add_argument("--time-scale", type=float, default=0.02,
                         help="sim: the share of the cost model's time the engines take")
@@ -697,16 +709,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.out and Path(args.out).exists() and any(Path(args.out).iterdir()):
         parser.error(f"--out {args.out}: not empty (every proxy starts cold, in a new directory)")
+    roles = tuple(role for role in ROLES if role in args.configs)
+    if len(roles) < 2:
+        parser.error(f"--configs {' '.join(args.configs)}: at least two configs to route between")
     loads = [parse_load(text) for text in args.loads]
     settings = Settings(args.mixes, args.max_tokens, loads, args.requests, args.open_load,
-                        args.seed, args.run_seconds, time.monotonic() + args.max_seconds)
+                        args.seed, args.run_seconds, time.monotonic() + args.max_seconds,
+                        roles=roles)
     workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specroute-arms-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"bench.arms: {args.backends}"
           + (f" ({', '.join(args.machines)}; time scale {args.time_scale})"
              if args.backends == "sim" else "")
-          + f"; {args.requests} requests per run, greedy, seed {args.seed}")
+          + f"; configs {', '.join(roles)}; {args.requests} requests per run, greedy, "
+          f"seed {args.seed}")
     try:
         rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir))
     finally:

@@ -55,6 +55,32 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
     assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
 
 
+def test_configs_name_the_instances_that_take_part(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--configs plain ngram`: two instances, no draft anywhere in the rows."""
+    out = tmp_path / "rows.json"
+    code = main(["--machines", "cpu-pair", "--mixes", "mixed", "--max-tokens", "24",
+                 "--requests", "12", "--time-scale", "0", "--loads", "1", "2",
+                 "--configs", "plain", "ngram", "--json", str(out)])
+    assert code == 0
+    assert "configs plain, ngram;" in capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert [r["load"] for r in rows] == ["1 client", "2 clients"]
+    for row in rows:
+        assert set(row["totals"]) == set(ARMS) - {"draft"}
+        assert row["best_single"] in ("plain", "ngram")
+        assert all(set(times) == {"plain", "ngram"} for times in row["service"].values())
+    alone = rows[0]["totals"]
+    assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram"))
+
+
+def test_one_config_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--configs", "ngram"])
+    assert exit_.value.code == 2
+    assert "at least two configs" in capsys.readouterr().err
+
+
 def _served(index: int, cls: str, backend: str, seconds: float) -> Served:
     return Served(index, cls, backend, 0.0, seconds)
 
