@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision
-from policies.decision.finish import IDLE_QUEUE, queued_work
+from policies.decision.finish import IDLE_QUEUE, Queued, queued_work
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
 from policies.decision.sessions import Held, SessionTable, conversation_key
@@ -59,6 +59,7 @@ __all__ = [
     "Policy",
     "PolicyStore",
     "PriorTerms",
+    "Queued",
     "RequestContext",
     "RouteEvidence",
     "RouteModel",

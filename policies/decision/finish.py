@@ -187,7 +187,7 @@ _GOLDEN: Final = (math.sqrt(5.0) - 1.0) / 2.0
 def spread_draws(z: float, count: int) -> list[float]:
     """`count` standard normal draws made from one, `z` (the first is `z`): one per
     speculation config, so that a draw that favours one does not favour them all."""
-    if z == 0.0:
+    if z == 0.0 or count < 1:
         return [0.0] * count  # the posterior median for every config, no exploration
     uniform = _STANDARD_NORMAL.cdf(z)  # once: each further draw moves it on
     return [z, *(normal_draw((uniform + _GOLDEN * i) % 1.0) for i in range(1, count))]

@@ -32,7 +32,7 @@ from aiohttp import web
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import IDLE_QUEUE, BackendState, queued_work
+from policies import IDLE_QUEUE, BackendState, Queued, queued_work
 from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
@@ -159,21 +159,22 @@ class BackendPool:
                 typical = b.typical_ms or fallback_ms or 0.0
                 running = [*running, *((typical, seen) for seen in b.bypass_seen[:bypass])]
             contended = 0.0 if running or b.spec.name in self._own else self.contention.risk()
-            states.append(BackendState(b.spec.name, b.spec.profile, b.healthy(now),
-                                       len(running), pools=self._pools[b.spec.name],
-                                       queued=queued_work(running, now, b.freed_at),
-                                       tie_rank=self._tie_rank[b.spec.name],
-                                       contended=contended, spec=b.spec.spec_key))
+            states.append(self._state(b, b.healthy(now), queued_work(running, now, b.freed_at),
+                                      contended))
         return states
+
+    def _state(self, b: BackendRuntime, healthy: bool, queued: Queued,
+               contended: float = 0.0) -> BackendState:
+        name = b.spec.name
+        return BackendState(name, b.spec.profile, healthy, queued.requests,
+                            pools=self._pools[name], queued=queued,
+                            tie_rank=self._tie_rank[name], contended=contended,
+                            spec=b.spec.spec_key)
 
     def _idle_states(self) -> dict[str, tuple[BackendState, BackendState]]:
         """Each instance's state while nothing runs on it, (unhealthy, healthy)."""
-        def idle(name: str, healthy: bool) -> BackendState:
-            return BackendState(name, self._backends[name].spec.profile, healthy, 0,
-                                pools=self._pools[name], queued=IDLE_QUEUE,
-                                tie_rank=self._tie_rank[name],
-                                spec=self._backends[name].spec.spec_key)
-        return {name: (idle(name, False), idle(name, True)) for name in self._backends}
+        return {name: (self._state(b, False, IDLE_QUEUE), self._state(b, True, IDLE_QUEUE))
+                for name, b in self._backends.items()}
 
     def _mean_typical_ms(self) -> float:
         known = [b.typical_ms for b in self._backends.values() if b.typical_ms > 0]
