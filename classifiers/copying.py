@@ -8,7 +8,10 @@ predicts that is read here from the bounded view:
 - what the ask and the material it brings (the tool results after it, the turns a harness set
   up before it: `RequestView.tool_results`, `.set_up`) quote: code, JSON, plain text (`Quoted`);
 - whether the ask uses an edit verb (rename, refactor, fix, translate, 重命名, 修复, ...);
-- whether the system prompt or the ask asks for an edit format that re-emits its input.
+- whether the system prompt or the ask asks for an edit format that re-emits its input;
+- where a rename breaks the copy: the old name's occurrences in the quoted material (each one a
+  place where the answer leaves the prompt, so that a prompt-lookup draft of the old name is
+  rejected and the lookup drafts nothing until its key is past the new one).
 
 `CopySignals` holds the values; `classifiers.features.Features` carries them beside (not in)
 the classifier's vector. What the ask alone gives (`AskCopy`) is a field of
@@ -104,6 +107,18 @@ class Quoted:
     chars: int = 0
 
 
+# A rename's old name: "rename `X` to `Y`", "please rename X to Y", "replace X with Y", "change
+# X to Y" (an identifier, optionally quoted or called; read in the ask's prose only).
+_RENAME = re.compile(
+    r"\b(?:rename|replace|change)\s+(?:the\s+(?:function|method|class|variable|field|key|"
+    r"attribute|parameter|argument|name)\s+)?[`'\"]?([A-Za-z_]\w*(?:\.\w+)*)(?:\(\))?[`'\"]?"
+    r"\s+(?:to|with|into|as|by|->|→)\s+[`'\"]?[A-Za-z_]", re.IGNORECASE)
+# A rename's old name counted in this many characters of each text at most (str.find: ~1 GB/s)
+# and up to this many sites: past it the copy is broken everywhere.
+SITES_SCAN_CAP: Final = 200_000
+SITES_CAP: Final = 64
+
+
 @dataclass(frozen=True, slots=True)
 class AskCopy:
     """What the ask (the last user turn) alone tells of copying."""
@@ -111,6 +126,8 @@ class AskCopy:
     quoted: Quoted
     edit_verb: bool
     reemit_format: bool
+    renamed: str = ""  # the old name of a rename the ask asks for
+    rename_sites: int = 0  # its occurrences in the ask, less the instruction's own mention
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +140,7 @@ class CopySignals:
     quoted_chars: int = 0  # the three together, in the bounded view's characters
     edit_verb: bool = False  # the ask says rename, refactor, fix, translate, 修复, ...
     reemit_format: bool = False  # the system prompt or the ask asks for a re-emitting format
+    rename_sites: int = 0  # where a rename breaks the copy: the old name in the quoted material
 
 
 NO_COPY: Final = CopySignals()
@@ -131,13 +149,16 @@ copy_values: Final = operator.attrgetter(*COPY_NAMES)
 
 
 def ask_copy(text: str) -> AskCopy:
+    renamed, sites = rename_in(text)
     return AskCopy(quoted=quoted(text, whole=False), edit_verb=edit_verb(text),
-                   reemit_format=reemit_format(text))
+                   reemit_format=reemit_format(text), renamed=renamed, rename_sites=sites)
 
 
-def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool) -> CopySignals:
-    """The signals of one request: the ask's, what each piece of its material quotes, and
-    whether its system prompt asks for a re-emitting format (`reemit_format` of it)."""
+def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool,
+                 material_sites: int = 0) -> CopySignals:
+    """The signals of one request: the ask's, what each piece of its material quotes, whether
+    its system prompt asks for a re-emitting format (`reemit_format` of it), and the ask's
+    renamed name's occurrences in the material (`name_sites` of each piece)."""
     q = ask.quoted
     code, json, text, chars = q.code, q.json, q.text, q.chars
     for q in material:  # plain sums: this runs on every request
@@ -153,7 +174,44 @@ def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool)
         quoted_chars=code + json + text,
         edit_verb=ask.edit_verb,
         reemit_format=reemits,
+        rename_sites=min(ask.rename_sites + material_sites, SITES_CAP),
     )
+
+
+# --- where a rename breaks the copy ------------------------------------------------------------
+
+
+def rename_in(text: str) -> tuple[str, int]:
+    """The old name of the rename `text` asks for ("" if none) and its occurrences as a word
+    in `text` outside the instruction that names it."""
+    prose = strip_fences(text)
+    if len(prose) > 2 * OVERLAP_TEXT_CAP:
+        prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]
+    found = _RENAME.search(prose)
+    if found is None:
+        return "", 0
+    name = found.group(1)
+    return name, max(name_sites(text, name) - 1, 0)  # the instruction names it once
+
+
+def name_sites(text: str, name: str) -> int:
+    """Occurrences of `name` as a word (not inside a longer identifier) in `text`'s first
+    `SITES_SCAN_CAP` characters, up to `SITES_CAP`."""
+    if not name:
+        return 0
+    end = min(len(text), SITES_SCAN_CAP)
+    count, at, size = 0, text.find(name, 0, end), len(name)
+    while at != -1 and count < SITES_CAP:
+        after = at + size
+        if ((at == 0 or not _word_char(text[at - 1]))
+                and (after >= len(text) or not _word_char(text[after]))):
+            count += 1
+        at = text.find(name, after, end)
+    return count
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 # --- what a text quotes ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from classifiers.copying import (
     CopySignals,
     copy_signals,
     copy_values,
+    name_sites,
     quoted,
     reemit_format,
 )
@@ -176,7 +177,10 @@ def _copy(view: RequestView, ask: AskCopy, asks: AskMemo | None) -> CopySignals:
     system = view.system_text
     reemits = ask.reemit_format or (bool(system) and (
         asks.formats(system) if asks is not None else reemit_format(system)))
-    return copy_signals(ask, material, reemits)
+    sites = 0
+    if ask.renamed:  # an agent's ask renames what a tool result or a set-up turn brought
+        sites = sum(name_sites(text, ask.renamed) for text in (*view.tool_results, *view.set_up))
+    return copy_signals(ask, material, reemits, sites)
 
 
 def _overlap(asked: frozenset[str], described: frozenset[str]) -> float:

@@ -53,9 +53,12 @@ INPUTS: Final = (
     "edit_verb",  # rename, refactor, fix, translate, reformat, convert, ...
     "reemit",  # an edit format that re-emits input: whole file, SEARCH/REPLACE, a diff
     "edit_of_quoted",  # an edit or re-emit ask times the quoted share: the reply is mostly a copy
+    "copy_breaks",  # a rename's sites per 100 quoted characters, capped at 1: where the copy breaks
 )
 COPY_INPUTS: Final = ("quoted_code", "quoted_json", "quoted_text", "quoted_size", "edit_verb",
-                      "reemit", "edit_of_quoted")
+                      "reemit", "edit_of_quoted", "copy_breaks")
+# Quoted characters per rename site at which `copy_breaks` is 1: copied runs of ~25 tokens.
+CHARS_PER_BREAK: Final = 100.0
 # Prior spread of a weight that is not a class's, a copy input's or the machine-wide shift's.
 FEATURE_SD: Final = 0.05
 # Prior spread of a prompt-copy input's weight (log space: e^1 ~ 2.7x at one sd).
@@ -101,9 +104,12 @@ def _copy_inputs(get: Callable[[str, object], object]) -> tuple[float, ...]:
     reemit = float(bool(get("reemit_format", False)))
     # asked to edit it or to give it back whole, the reply is mostly a copy of what is quoted
     copy_ask = max(edit, reemit)
-    return (code, json_share, text,
-            math.log1p(max(_num(get("quoted_chars", 0)), 0.0)) / 10.0,
-            edit, reemit, copy_ask * min(code + json_share + text, 1.0))
+    chars = max(_num(get("quoted_chars", 0)), 0.0)
+    sites = max(_num(get("rename_sites", 0)), 0.0)
+    # each site is a rejected draft and a few undrafted tokens: what counts is how dense they are
+    breaks = min(sites * CHARS_PER_BREAK / chars, 1.0) if chars else float(sites > 0)
+    return (code, json_share, text, math.log1p(chars) / 10.0,
+            edit, reemit, copy_ask * min(code + json_share + text, 1.0), breaks)
 
 
 def _share(value: object) -> float:

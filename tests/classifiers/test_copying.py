@@ -13,11 +13,14 @@ from hypothesis import strategies as st
 from classifiers.copying import (
     NO_COPY,
     RUNS_CAP,
+    SITES_CAP,
     CopySignals,
     Quoted,
     edit_verb,
+    name_sites,
     quoted,
     reemit_format,
+    rename_in,
 )
 from classifiers.features import extract
 from classifiers.request_view import view_request
@@ -214,3 +217,49 @@ def test_shares_are_of_the_ask_and_its_material_together() -> None:
 )
 def test_chat_and_stories_quote_nothing(body: dict[str, Any]) -> None:
     assert _signals(body) == NO_COPY
+
+
+# --- where a rename breaks the copy ------------------------------------------------------------
+
+ORDERS = (
+    "def summarize(orders):\n    totals = {}\n    for order in orders:\n"
+    "        totals[order.customer] = totals.get(order.customer, 0) + order.amount\n"
+    "    subtotals = sorted(totals.items())\n    return subtotals\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("ask", "name", "sites"),
+    [
+        # the instruction's own mention is not a site; `subtotals` is another word
+        ("Rename `totals` to `revenue` in this code and return the whole code:", "totals", 4),
+        ("Please rename totals to revenue below and give me the complete updated code.", "totals", 4),
+        ("Refactor: replace the variable 'totals' with 'revenue'.", "totals", 4),
+        ("change summarize() to summarise", "summarize", 1),
+        ("Add a short comment above the trickiest line of this code and return it whole:", "", 0),
+        ("Why does it rename nothing?", "", 0),  # no name to rename
+    ],
+)
+def test_a_rename_and_the_sites_where_it_breaks_the_copy(ask: str, name: str, sites: int) -> None:
+    assert rename_in(f"{ask}\n\n```python\n{ORDERS}```") == (name, sites)
+
+
+def test_a_renamed_name_in_the_code_only_is_not_read_as_the_ask() -> None:
+    # "rename x to y" inside the quoted code is code, not the ask's instruction
+    assert rename_in("Explain this:\n```python\n# rename a to b\nrename(a, b)\n```") == ("", 0)
+
+
+def test_name_sites_are_words_and_bounded() -> None:
+    assert name_sites("a_total total total2 (total) total", "total") == 3
+    assert name_sites("", "total") == 0 and name_sites("total", "") == 0
+    assert name_sites("x " * 1000, "x") == SITES_CAP
+
+
+def test_the_sites_in_an_agents_material_count_with_the_asks() -> None:
+    # an agent read the file with a tool; the ask names the rename
+    body = _turns(("user", "rename totals to revenue"), ("assistant", ""), ("tool", ORDERS))
+    assert _signals(body).rename_sites == 4
+    ask_and_code = _turns(("user", f"rename totals to revenue\n```python\n{ORDERS}```"),
+                          ("assistant", ""), ("tool", ORDERS))
+    assert _signals(ask_and_code).rename_sites == 8
+    assert _signals(_turns(("user", "fix it"), ("assistant", ""), ("tool", ORDERS))).rename_sites == 0

@@ -97,7 +97,7 @@ def test_vector_order_and_schema() -> None:
 def test_the_copy_signals_are_named_in_as_dict_and_kept_out_of_the_vector() -> None:
     # the route model reads these by name from the decision log
     assert COPY_NAMES == ("quoted_code_share", "quoted_json_share", "quoted_text_share",
-                          "quoted_chars", "edit_verb", "reemit_format")
+                          "quoted_chars", "edit_verb", "reemit_format", "rename_sites")
     assert "copy" not in FEATURE_NAMES and not set(COPY_NAMES) & set(FEATURE_NAMES)
     body = _user("Rename f to g, return the whole file:\n```python\n" + "def f():\n    return 1\n" * 4 + "```")
     features = extract(view_request("chat", body))

@@ -197,3 +197,18 @@ def test_a_reply_that_copies_what_is_quoted_is_told_by_the_ask(
     features = {"quoted_text_share": 0.8, "quoted_chars": 600, **ask}
     inputs = dict(zip(INPUTS, request_inputs(features, None), strict=True))
     assert inputs["edit_of_quoted"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("features", "expected"),
+    [
+        ({"rename_sites": 4, "quoted_chars": 900}, 4 * 100 / 900),  # a local variable renamed
+        ({"rename_sites": 1, "quoted_chars": 3500}, 100 / 3500),  # a module's function renamed
+        ({"rename_sites": 90, "quoted_chars": 900}, 1.0),  # capped: broken everywhere
+        ({"rename_sites": 2}, 1.0),  # sites with nothing quoted: all of it breaks
+        ({"quoted_chars": 900}, 0.0),  # no rename
+    ],
+)
+def test_where_a_rename_breaks_the_copy_is_a_density(features: dict[str, int], expected: float) -> None:
+    inputs = dict(zip(INPUTS, request_inputs(features, None), strict=True))
+    assert inputs["copy_breaks"] == pytest.approx(expected)
