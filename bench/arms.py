@@ -103,6 +103,10 @@ DRAFT_ACCEPTANCE: Final = {"edit": 0.97, "chat": 0.6, "prose": 0.6}
 DEFAULT_MACHINES: Final = ("cpu-pair", "gb10")
 FIRST: Final = 10  # the cold start: the shares are of what comes after
 MARGIN_FLOOR: Final = 0.03  # an oracle's margin below 3% of the best static arm's is noise here
+# An edit the copy pays on: n-gram alone served it this much faster than every other config
+# alone (a rename of a name used once: 19-27% here; a comment asked for, answered without
+# copying: within 3%; a local variable renamed at four sites: 5-18% slower on n-gram).
+COPY_WIN: Final = 0.10
 Stop = Callable[[], Awaitable[None]]
 
 
@@ -365,6 +369,8 @@ class Row:
     margin_base: str = ""
     margin_share: float | None = None
     edits_on_ngram: dict[str, float | None] = field(default_factory=dict)  # after FIRST
+    # of the edits after FIRST that n-gram alone served COPY_WIN faster: the share on n-gram
+    copy_wins_on_ngram: dict[str, float | None] = field(default_factory=dict)
     # class -> config -> mean seconds a request alone on it (the oracle's replay, 1 client)
     service: dict[str, dict[str, float]] = field(default_factory=dict)
     failed: int = 0
@@ -395,6 +401,11 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
         row.edits_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in later) / len(later)
                                    if later and "ngram" in names else None)
     row.edits_on_ngram["oracle"] = oracle_edits_on_ngram(alone)
+    wins = copy_wins(alone)
+    for arm in ("auto", "least-conn"):
+        won = [s for s in runs[arm].served if s.index in wins and not s.error]
+        row.copy_wins_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in won) / len(won)
+                                       if won else None)
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
     row.service = service_by_class(alone)
@@ -404,16 +415,32 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
 def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
     """The share of edits after the first FIRST that were fastest on the n-gram instance alone:
     how many of them the per-request oracle sends there (what `auto`'s share is held to)."""
-    if "ngram" not in alone:
+    times = _later_edit_times(alone)
+    if "ngram" not in alone or not times:
         return None
+    return sum(min(t, key=t.__getitem__) == "ngram" for t in times.values()) / len(times)
+
+
+def copy_wins(alone: Mapping[str, Run]) -> frozenset[int]:
+    """The edits after the first FIRST that n-gram alone served at least COPY_WIN faster than
+    every other config alone: those whose answer copied its prompt (one measurement each, so
+    the margin keeps a close call out)."""
+    if "ngram" not in alone:
+        return frozenset()
+    return frozenset(
+        index for index, t in _later_edit_times(alone).items()
+        if all(t["ngram"] <= (1.0 - COPY_WIN) * seconds for role, seconds in t.items()
+               if role != "ngram"))
+
+
+def _later_edit_times(alone: Mapping[str, Run]) -> dict[int, dict[str, float]]:
+    """Each edit after the first FIRST served by every config alone: config -> seconds."""
     times: dict[int, dict[str, float]] = {}
     for role in alone:
         for s in alone[role].served:
             if s.index >= FIRST and s.cls == "edit" and not s.error:
                 times.setdefault(s.index, {})[role] = s.latency
-    whole = [t for t in times.values() if len(t) == len(alone)]
-    return (sum(min(t, key=t.__getitem__) == "ngram" for t in whole) / len(whole)
-            if whole else None)
+    return {i: t for i, t in times.items() if len(t) == len(alone)}
 
 
 def service_by_class(runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
@@ -630,7 +657,8 @@ def _classes(items: Sequence[TrafficRequest]) -> str:
 
 HEADER: Final = (f"  {'load':<10}" + "".join(f"{a:>11}" for a in ARMS)
                  + f"  {'best':>6} {'auto xbest':>10} {'lc xbest':>9} {'oracle xbest':>12}"
-                 f" {'auto xlc':>9}  {'margin@10':>15}  {'edits->ngram@10 auto/lc/oracle':>30}")
+                 f" {'auto xlc':>9}  {'margin@10':>15}  {'edits->ngram@10 auto/lc/oracle':>30}"
+                 f"  {'copy wins->ngram auto/lc':>24}")
 
 
 def format_row(row: Row, first: bool = False) -> str:
@@ -639,10 +667,11 @@ def format_row(row: Row, first: bool = False) -> str:
     x = {a: row.x_best.get(a, float("nan")) for a in ("auto", "least-conn", "oracle")}
     margin = f"{_share(row.margin_share)} of {_short(row.margin_base)}"
     edits = "/".join(_share(row.edits_on_ngram.get(a)) for a in ("auto", "least-conn", "oracle"))
+    wins = "/".join(_share(row.copy_wins_on_ngram.get(a)) for a in ("auto", "least-conn"))
     flags = (" cut" if row.cut else "") + (f" failed {row.failed}" if row.failed else "")
     line = (f"  {row.load:<10}{cells}  {row.best_single:>6} {x['auto']:>10.3f} "
             f"{x['least-conn']:>9.3f} {x['oracle']:>12.3f} {row.auto_x_lc:>9.3f}  {margin:>15}  "
-            f"{edits:>30}{flags}")
+            f"{edits:>30}  {wins:>24}{flags}")
     return f"{HEADER}\n{line}" if first else line
 
 

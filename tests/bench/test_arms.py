@@ -19,6 +19,7 @@ from bench.arms import (
     Pinned,
     Run,
     Served,
+    copy_wins,
     drive_side_by_side,
     main,
     oracle_ceiling,
@@ -48,6 +49,7 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
         assert all(math.isfinite(v) and v >= 0 for v in row["totals"].values())
         assert row["best_single"] in ("plain", "ngram", "draft")
         assert set(row["edits_on_ngram"]) == {"auto", "least-conn", "oracle"}
+        assert set(row["copy_wins_on_ngram"]) == {"auto", "least-conn"}
         assert row["failed"] == 0 and not row["cut"]
         assert set(row["service"]) == {"chat", "edit", "prose"}  # each class alone on each config
         assert all(set(times) == {"plain", "ngram", "draft"} for times in row["service"].values())
@@ -110,6 +112,21 @@ def test_the_oracles_edits_are_those_fastest_on_ngram_after_the_first_ten() -> N
     alone["plain"] = Run(tuple(_served(i, ITEMS[i].cls, "plain", t)
                                for i, t in enumerate(times["plain"])), False)
     assert oracle_edits_on_ngram(alone) == 1.0
+
+
+def test_the_copy_wins_are_the_later_edits_ngram_served_clearly_faster_alone() -> None:
+    times = {"plain": [3.0] * 12, "ngram": [1.0] * 12, "draft": [2.0] * 12}
+    times["ngram"][11] = 1.85  # within COPY_WIN of the draft's 2.0: a close call, left out
+    times["ngram"][1] = 5.0  # an early edit: the cold start, not counted either way
+    alone = {role: Run(tuple(_served(i, ITEMS[i].cls, role, t) for i, t in enumerate(ts)), False)
+             for role, ts in times.items()}
+    later_edits = {i for i in range(FIRST, 12) if ITEMS[i].cls == "edit"}
+    assert copy_wins(alone) == later_edits - {11}
+    times["ngram"][11] = 1.7  # 15% faster than the next config: the copy paid
+    alone["ngram"] = Run(tuple(_served(i, ITEMS[i].cls, "ngram", t)
+                               for i, t in enumerate(times["ngram"])), False)
+    assert copy_wins(alone) == later_edits
+    assert copy_wins({"plain": alone["plain"], "draft": alone["draft"]}) == frozenset()
 
 
 def test_under_load_the_ceiling_spreads_the_classes_and_bounds_every_instance() -> None:
