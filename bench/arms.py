@@ -617,7 +617,7 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     rows: list[Row] = []
     for load in settings.loads:
         runs = side_by_side if load == one else await _loaded(
-            load, items, instances, names, pinned, workdir, serial, bound(), arrivals)
+            load, items, instances, names, pinned, workdir, serial, bound, arrivals)
         later = [i for i in timed if i >= FIRST]
         if load.open:
             oracle = oracle_open(service, timed, arrivals)
@@ -635,16 +635,17 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
 
 async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequence[Instance],
                   names: Mapping[str, str], pinned: str, workdir: Path, serial: Iterator[str],
-                  deadline: float, arrivals: Sequence[float]) -> dict[str, Run]:
+                  bound: Callable[[], float], arrivals: Sequence[float]) -> dict[str, Run]:
     """Every arm under a load of more than one request at a time, one arm after another (they
-    share the instances: side by side they would load each other)."""
-    runs = {role: await drive(pinned, items, load, Pinned(name), next(serial), deadline,
+    share the instances: side by side they would load each other), each within its own
+    `bound()` (one arm's time is not the next one's)."""
+    runs = {role: await drive(pinned, items, load, Pinned(name), next(serial), bound(),
                               arrivals) for role, name in names.items()}
     async with proxy(workdir / next(serial), instances) as cold:
-        runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), deadline,
+        runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), bound(),
                                    arrivals)
     runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
-                                     next(serial), deadline, arrivals)
+                                     next(serial), bound(), arrivals)
     return runs
 
 
