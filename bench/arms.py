@@ -37,7 +37,9 @@ The arms, on one request sequence:
   straight over the engines would skip the proxy the others pay for);
 - `oracle`: greedy answers are the same on every instance, so each request's service time on
   each instance is measured once (the single-config arms at 1 client); with 1 client the oracle
-  is the per-request minimum; with C clients it is a ceiling, the least time T such that some
+  is the per-request minimum; with 2 clients the best dispatch of the same requests in the
+  same order, found by search (`oracle_two_clients`: each request to an idle instance or
+  waiting behind the busy one); with more, a ceiling, the least time T such that some
   assignment of the requests by class (each class's mean service time per instance) keeps
   each instance busy at most T and all C clients together at most C x T (a linear program);
   open loop, a clairvoyant soonest-finish schedule of the same arrivals over the measured
@@ -307,11 +309,61 @@ def oracle_one_client(service: Service, indices: Sequence[int]) -> float:
 
 def oracle_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
                    clients: int) -> float:
-    """C clients: the least T with an assignment of the requests by class (each class's mean
-    service time per instance) that keeps every instance busy at most T and the clients, one
-    request at a time each, at most C x T. A lower bound on any schedule's time."""
+    """C clients: at 1, each request on its fastest instance; at 2, the best dispatch of these
+    requests (`oracle_two_clients`); above, the least T with an assignment of the requests by
+    class (each class's mean service time per instance) that keeps every instance busy at
+    most T and the clients, one request at a time each, at most C x T. A lower bound on any
+    schedule's time at these service times."""
     if clients == 1:
         return oracle_one_client(service, indices)
+    if clients == 2:
+        best = oracle_two_clients(service, indices)
+        if best is not None:
+            return best
+    return _class_ceiling(service, items, indices, clients)
+
+
+# Nodes the 2-client search visits at most (24 requests over 2-3 instances: a few hundred).
+DISPATCH_NODES: Final = 1_000_000
+
+
+def oracle_two_clients(service: Service, indices: Sequence[int]) -> float | None:
+    """2 closed-loop clients sending `indices` in order (the next one as soon as theirs is
+    answered), each instance serving one request at a time in arrival order: the least time
+    any dispatcher takes that knows every request's time on every instance. Each request goes
+    to an idle instance or waits behind the busy one; branch and bound over those choices, the
+    soonest finish first. None if the search passes DISPATCH_NODES (the caller bounds it
+    otherwise). Over two instances one of them is idle at every send, so a dispatcher that
+    never waits sends exactly as least-connections does: waiting is the only other choice."""
+    times = [tuple(t[i] for t in service.values()) for i in indices]
+    # the least work left from each request on: the two instances share it at best
+    left = [0.0] * (len(times) + 1)
+    for k in range(len(times) - 1, -1, -1):
+        left[k] = left[k + 1] + min(times[k])
+    best, nodes = math.inf, 0
+
+    def search(k: int, now: float, other: float, busy: int) -> None:
+        # request k is sent at `now`; the other client's request ends `other` later, on `busy`
+        nonlocal best, nodes
+        nodes += 1
+        if k == len(times):
+            best = min(best, now + other)
+            return
+        if nodes > DISPATCH_NODES or now + max(other, (other + left[k]) / 2) >= best:
+            return
+        for _, j in sorted(((other + s if j == busy else s), j) for j, s in enumerate(times[k])):
+            s = times[k][j]
+            if j == busy:  # waits behind it; the other client sends the next when it ends
+                search(k + 1, now + other, s, j)
+            else:
+                search(k + 1, now + min(other, s), abs(other - s), busy if other > s else j)
+
+    search(0, 0.0, 0.0, -1)
+    return best if nodes <= DISPATCH_NODES else None
+
+
+def _class_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
+                   clients: int) -> float:
     names = list(service)
     classes = sorted({items[i].cls for i in indices})
     count = {c: sum(items[i].cls == c for i in indices) for c in classes}

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.arms import (
     ARMS,
@@ -26,6 +30,7 @@ from bench.arms import (
     oracle_edits_on_ngram,
     oracle_one_client,
     oracle_open,
+    oracle_two_clients,
     parse_load,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
@@ -136,6 +141,42 @@ def test_under_load_the_ceiling_spreads_the_classes_and_bounds_every_instance() 
     # every instance is as busy: 1.1 s chats on ngram and 2 s on draft share the load
     three = oracle_ceiling(SERVICE, ITEMS, range(12), 3)
     assert 4.0 < three < 6.0
+
+
+def _closed_loop(times: Sequence[tuple[float, ...]], choice: tuple[int, ...]) -> float:
+    """2 clients sending in order, each instance first come first served: the makespan of one
+    dispatch (`choice[k]`: request k's instance), simulated forward."""
+    clients, free, end = [0.0, 0.0], [0.0] * len(times[0]), 0.0
+    for k, j in enumerate(choice):
+        sender = min(range(2), key=clients.__getitem__)
+        free[j] = max(clients[sender], free[j]) + times[k][j]
+        clients[sender] = free[j]
+        end = max(end, free[j])
+    return end
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0), st.floats(0.1, 20.0)),
+                min_size=1, max_size=7), st.sampled_from([2, 3]))
+def test_two_clients_the_oracle_is_the_best_of_every_dispatch(
+    rows: list[tuple[float, float, float]], instances: int
+) -> None:
+    times = [row[:instances] for row in rows]
+    service = {f"i{j}": {k: t[j] for k, t in enumerate(times)} for j in range(instances)}
+    every = min(_closed_loop(times, choice)
+                for choice in itertools.product(range(instances), repeat=len(times)))
+    assert oracle_two_clients(service, range(len(times))) == pytest.approx(every)
+
+
+def test_two_clients_the_oracle_waits_for_the_busy_instance_when_that_pays() -> None:
+    # an edit on ngram (2 s; 20 on plain), a chat on plain (1 s), then another edit sent at 1 s
+    # with only plain idle: least-connections ends it at 21 s, waiting 1 s for ngram at 4
+    times = [(20.0, 2.0), (1.0, 1.5), (20.0, 2.0)]
+    service = {"plain": {k: t[0] for k, t in enumerate(times)},
+               "ngram": {k: t[1] for k, t in enumerate(times)}}
+    assert oracle_two_clients(service, range(3)) == pytest.approx(4.0)
+    assert _closed_loop(times, (1, 0, 0)) == pytest.approx(21.0)  # what least-conn sends
+    assert oracle_ceiling(service, [ITEMS[0]] * 3, range(3), 2) == pytest.approx(4.0)
 
 
 def test_open_loop_the_oracle_finishes_each_arrival_soonest() -> None:
