@@ -113,6 +113,8 @@ _RENAME = re.compile(
     r"\b(?:rename|replace|change)\s+(?:the\s+(?:function|method|class|variable|field|key|"
     r"attribute|parameter|argument|name)\s+)?[`'\"]?([A-Za-z_]\w*(?:\.\w+)*)(?:\(\))?[`'\"]?"
     r"\s+(?:to|with|into|as|by|->|→)\s+[`'\"]?[A-Za-z_]", re.IGNORECASE)
+_RENAME_GATES: Final = ("rename", "replace", "change")  # what `_RENAME` needs, as substrings
+GATE_CAP: Final = 8_000  # characters of an ask looked over for them first
 # A rename's old name counted in this many characters of each text at most (str.find: ~1 GB/s)
 # and up to this many sites: past it the copy is broken everywhere.
 SITES_SCAN_CAP: Final = 200_000
@@ -184,6 +186,10 @@ def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool,
 def rename_in(text: str) -> tuple[str, int]:
     """The old name of the rename `text` asks for ("" if none) and its occurrences as a word
     in `text` outside the instruction that names it."""
+    # most asks name no rename: a short one is looked over first (the regex costs ~3 us); a
+    # long one goes straight to the regex, which reads a bounded window of its prose
+    if len(text) <= GATE_CAP and not any(gate in text.lower() for gate in _RENAME_GATES):
+        return "", 0
     prose = strip_fences(text)
     if len(prose) > 2 * OVERLAP_TEXT_CAP:
         prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]

@@ -238,6 +238,7 @@ ORDERS = (
         ("change summarize() to summarise", "summarize", 1),
         ("Add a short comment above the trickiest line of this code and return it whole:", "", 0),
         ("Why does it rename nothing?", "", 0),  # no name to rename
+        ("RENAME TOTALS TO REVENUE", "TOTALS", 0),  # shouted: read, and the code has no TOTALS
     ],
 )
 def test_a_rename_and_the_sites_where_it_breaks_the_copy(ask: str, name: str, sites: int) -> None:
