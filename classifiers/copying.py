@@ -188,8 +188,10 @@ def rename_in(text: str) -> tuple[str, int]:
     in `text` outside the instruction that names it."""
     # most asks name no rename: a short one is looked over first (the regex costs ~3 us); a
     # long one goes straight to the regex, which reads a bounded window of its prose
-    if len(text) <= GATE_CAP and not any(gate in text.lower() for gate in _RENAME_GATES):
-        return "", 0
+    if len(text) <= GATE_CAP:
+        lowered = text.lower()
+        if not any(gate in lowered for gate in _RENAME_GATES):
+            return "", 0
     prose = strip_fences(text)
     if len(prose) > 2 * OVERLAP_TEXT_CAP:
         prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]
