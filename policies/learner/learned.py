@@ -156,7 +156,10 @@ def from_json(text: str) -> LearnedState:
     except LearnedStateError:
         raise
     except (ValueError, TypeError, KeyError) as exc:
-        raise LearnedStateError(f"malformed learned state: {exc!r}") from exc
+        raise LearnedStateError(
+            f"malformed learned state ({type(exc).__name__}: {exc}): it is derived from the "
+            "decision log, so relearn it (`specroute learn`, or the proxy's background learner "
+            "rewrites it at its next run)") from exc
 
 
 def _state_from(data: Mapping[str, Any]) -> LearnedState:

@@ -174,7 +174,11 @@ class Evidence:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Evidence:
         if list(data["inputs"]) != list(INPUTS):
-            raise ValueError(f"speedup inputs {data['inputs']!r} differ from {list(INPUTS)!r}")
+            old, now = list(data["inputs"]), list(INPUTS)
+            raise ValueError(
+                f"speedup inputs written by another version of the route model (not there "
+                f"then: {[n for n in now if n not in old]}; gone since: "
+                f"{[n for n in old if n not in now]})")
         d = len(INPUTS)
         xtx = np.array(data["xtx"], dtype=np.float64).reshape(d, d)
         xty = np.array(data["xty"], dtype=np.float64).reshape(d)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -52,6 +53,19 @@ def test_learned_state_round_trips_through_json() -> None:
 def test_a_bad_learned_file_is_refused(text: str, message: str) -> None:
     with pytest.raises(LearnedStateError, match=message):
         from_json(text)
+
+
+def test_a_learned_file_from_a_route_model_with_other_inputs_is_refused_with_what_changed() -> None:
+    # what an upgrade that adds a route-model input meets: yesterday's file, one input fewer
+    data = json.loads(to_json(STATE))
+    for evidence in data["evidence"]["greedy"].values():
+        keep = [i for i, name in enumerate(evidence["inputs"]) if name != "copy_breaks"]
+        evidence["inputs"] = [evidence["inputs"][i] for i in keep]
+        evidence["xtx"] = [[evidence["xtx"][i][j] for j in keep] for i in keep]
+        evidence["xty"] = [evidence["xty"][i] for i in keep]
+    assert data["evidence"]["greedy"], "the state must hold a config's evidence to refuse"
+    with pytest.raises(LearnedStateError, match=r"not there then: \['copy_breaks'\].*relearn it"):
+        from_json(json.dumps(data))
 
 
 def test_learned_path_sits_next_to_the_policy() -> None:
