@@ -114,7 +114,6 @@ _RENAME = re.compile(
     r"attribute|parameter|argument|name)\s+)?[`'\"]?([A-Za-z_]\w*(?:\.\w+)*)(?:\(\))?[`'\"]?"
     r"\s+(?:to|with|into|as|by|->|→)\s+[`'\"]?[A-Za-z_]", re.IGNORECASE)
 _RENAME_GATES: Final = ("rename", "replace", "change")  # what `_RENAME` needs, as substrings
-GATE_CAP: Final = 8_000  # characters of an ask looked over for them first
 # A rename's old name counted in this many characters of each text at most (str.find: ~1 GB/s)
 # and up to this many sites: past it the copy is broken everywhere.
 SITES_SCAN_CAP: Final = 200_000
@@ -151,9 +150,19 @@ copy_values: Final = operator.attrgetter(*COPY_NAMES)
 
 
 def ask_copy(text: str) -> AskCopy:
-    renamed, sites = rename_in(text)
-    return AskCopy(quoted=quoted(text, whole=False), edit_verb=edit_verb(text),
+    prose = instruction_prose(text)  # once: the edit verb and the rename read the same words
+    renamed, sites = _rename_in(text, prose)
+    return AskCopy(quoted=quoted(text, whole=False), edit_verb=_edit_verb_in(prose),
                    reemit_format=reemit_format(text), renamed=renamed, rename_sites=sites)
+
+
+def instruction_prose(text: str) -> str:
+    """The ask's own words: outside fences, its start and its end (where the instruction sits
+    around pasted material), `OVERLAP_TEXT_CAP` characters of each at most."""
+    prose = strip_fences(text)
+    if len(prose) > 2 * OVERLAP_TEXT_CAP:
+        prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]
+    return prose
 
 
 def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool,
@@ -186,15 +195,13 @@ def copy_signals(ask: AskCopy, material: Iterable[Quoted], system_reemits: bool,
 def rename_in(text: str) -> tuple[str, int]:
     """The old name of the rename `text` asks for ("" if none) and its occurrences as a word
     in `text` outside the instruction that names it."""
-    # most asks name no rename: a short one is looked over first (the regex costs ~3 us); a
-    # long one goes straight to the regex, which reads a bounded window of its prose
-    if len(text) <= GATE_CAP:
-        lowered = text.lower()
-        if not any(gate in lowered for gate in _RENAME_GATES):
-            return "", 0
-    prose = strip_fences(text)
-    if len(prose) > 2 * OVERLAP_TEXT_CAP:
-        prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]
+    return _rename_in(text, instruction_prose(text))
+
+
+def _rename_in(text: str, prose: str) -> tuple[str, int]:
+    lowered = prose.lower()
+    if not any(gate in lowered for gate in _RENAME_GATES):  # most asks: no regex run (~3 us)
+        return "", 0
     found = _RENAME.search(prose)
     if found is None:
         return "", 0
@@ -396,11 +403,11 @@ def _tag_kind(tag: str) -> str:
 
 
 def edit_verb(text: str) -> bool:
-    """An edit verb among the ask's words outside fences (its start and its end, where the
-    instruction sits around pasted material)."""
-    prose = strip_fences(text)
-    if len(prose) > 2 * OVERLAP_TEXT_CAP:
-        prose = prose[:OVERLAP_TEXT_CAP] + "\n" + prose[-OVERLAP_TEXT_CAP:]
+    """An edit verb among the ask's words (`instruction_prose`)."""
+    return _edit_verb_in(instruction_prose(text))
+
+
+def _edit_verb_in(prose: str) -> bool:
     lowered = prose.lower()
     if lowered.isascii():
         words = lowered.encode().translate(_WORD_BYTES).split()
