@@ -447,21 +447,25 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
     base = rest[row.margin_base]
     margin = base - rest["oracle"]
     row.margin_share = (base - rest["auto"]) / margin if margin > MARGIN_FLOOR * base else None
-    for arm in ("auto", "least-conn"):
-        later = [s for s in runs[arm].served if s.index >= FIRST and s.cls == "edit"
-                 and not s.error]
-        row.edits_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in later) / len(later)
-                                   if later and "ngram" in names else None)
-    row.edits_on_ngram["oracle"] = oracle_edits_on_ngram(alone)
     wins = copy_wins(alone)
+    ngram = names.get("ngram")
     for arm in ("auto", "least-conn"):
-        won = [s for s in runs[arm].served if s.index in wins and not s.error]
-        row.copy_wins_on_ngram[arm] = (sum(s.backend == names["ngram"] for s in won) / len(won)
-                                       if won else None)
+        ok = [s for s in runs[arm].served if not s.error]
+        row.edits_on_ngram[arm] = _share_on(
+            ngram, [s for s in ok if s.index >= FIRST and s.cls == "edit"])
+        row.copy_wins_on_ngram[arm] = _share_on(ngram, [s for s in ok if s.index in wins])
+    row.edits_on_ngram["oracle"] = oracle_edits_on_ngram(alone)
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
     row.service = service_by_class(alone)
     return row
+
+
+def _share_on(backend: str | None, served: Sequence[Served]) -> float | None:
+    """The share of `served` that `backend` served (None: no such backend, or nothing served)."""
+    if backend is None or not served:
+        return None
+    return sum(s.backend == backend for s in served) / len(served)
 
 
 def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
