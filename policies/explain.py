@@ -69,7 +69,8 @@ def describe_policy(policy: Policy) -> list[str]:
         " (as many are expected to queue behind it)."),
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
-            f" at most {e.max_regret:.1%} of the best choice's cost."
+            f" at most {e.max_regret:.1%} of the best choice's cost (of a typical request's,"
+            " when the answer is expected longer)."
         ),
     ]
     if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables

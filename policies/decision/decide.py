@@ -27,7 +27,13 @@ from typing import Final, NamedTuple
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
-from policies.decision.finish import THIN_BELOW, Candidate, soonest, spread_draws
+from policies.decision.finish import (
+    THIN_BELOW,
+    Candidate,
+    exploration_bound,
+    soonest,
+    spread_draws,
+)
 from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
@@ -119,7 +125,8 @@ def place(
     held = ask.held
     sticky = held if held is not None and policy.stickiness.enabled else None
     candidates = [candidate(b, features, model, speedups.get(b.config), sticky) for b in eligible]
-    choice = soonest(candidates, tokens, max_regret=policy.exploration.max_regret)
+    bound = exploration_bound(policy.exploration.max_regret, tokens, model.typical_tokens)
+    choice = soonest(candidates, tokens, max_regret=bound)
     if choice is None:
         return Decision(unserved, "", "no_healthy_backend", rule)
     chosen = choice.candidate

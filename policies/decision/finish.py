@@ -11,8 +11,9 @@ For each candidate instance, the predicted finish is
 The speedup is drawn from its posterior (Thompson sampling, one standard normal draw `z`),
 and a draw that would pick another instance than the posterior mean is followed only when the
 expected regret of doing so (the mean cost there over the best mean cost, less one) is at
-most `max_regret`: exploration costs at most that share of a request's time, and only where the
-evidence leaves the choice open. Until a config has been measured `THIN_BELOW` times (the
+most the request's bound (`exploration_bound`: `max_regret`, tighter on an answer longer than a
+typical one): exploration costs at most that share of a typical request's time, and only where
+the evidence leaves the choice open. Until a config has been measured `THIN_BELOW` times (the
 startup probe's two requests per instance), its mean is the prior's guess and a draw for it is followed anyway.
 
 The cost of a choice is not only this request's finish: every request that will queue behind
@@ -166,6 +167,17 @@ def soonest(
     if drawn.name != best.name and (thin or _regret(drawn_mean[0], best_mean[0]) <= max_regret):
         return Choice(drawn, True, finish)
     return Choice(best, False, finish)
+
+
+def exploration_bound(max_regret: float, tokens: float, typical_tokens: float) -> float:
+    """The regret a draw may cost this request: `max_regret` of its time when its answer is
+    expected no longer than a typical one, less in proportion when it is longer. One request
+    teaches about as much of a config's speedup whatever its length, and a draw costs in
+    proportion to it: so exploration is spent on the cheap requests (a draw that sent a
+    400-token story to the wrong instance cost as much as ten on chat turns)."""
+    if tokens <= typical_tokens or tokens <= 0:
+        return max_regret
+    return max_regret * typical_tokens / tokens
 
 
 def _regret(chosen_ms: float, best_ms: float) -> float:

@@ -218,6 +218,7 @@ class RouteModel:
         self.posterior = Posterior(terms, evidence.greedy, evidence.plain, evidence.sampled)
         self.pace = self.posterior.pace(evidence.plain.n)
         self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
+        self.typical_tokens = _typical_tokens(prior, evidence)
 
     def speedup(self, x: Vector, config: str = MTP_CONFIG) -> Prediction:
         """log-speedup of an instance of `config` over plain for a greedy request, with its
@@ -259,3 +260,13 @@ class RouteModel:
         k = COMPLETION_PRIOR_WEIGHT
         mean = (data.total + k * self.prior.completion_tokens) / (data.n + k)
         return float(min(mean, max_tokens)) if max_tokens > 0 else mean
+
+
+def _typical_tokens(prior: MachinePrior, evidence: RouteEvidence) -> float:
+    """Completion tokens of a typical request: the mean over every class in the log, shrunk
+    toward the prior's as each class's own mean is (what a request's exploration is weighed
+    against, `policies.decision.finish.exploration_bound`)."""
+    logged = evidence.completion.values()
+    k = COMPLETION_PRIOR_WEIGHT
+    return (math.fsum(d.total for d in logged) + k * prior.completion_tokens) / (
+        sum(d.n for d in logged) + k)

@@ -150,6 +150,23 @@ def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
     assert not decide(Ask(FEATURES, _scores("technical")), State(off, GB10, IDLE), z=-3.0).explored
 
 
+def test_a_draw_on_an_answer_longer_than_a_typical_one_has_a_tighter_bound() -> None:
+    # the same 4.4% regret on a technical turn, under a 6% bound: explored while technical
+    # answers are as long as the others, not once they are 1.5x the typical length or more
+    log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
+           if o.cls in ("technical", "agent")]
+    short = [replace(o, completion_tokens=20) if o.cls == "agent" else o for o in log]
+    policy = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.06)})
+    alike = RouteModel(GB10_DS4, gather(log, POLICY.assume))
+    longer = RouteModel(GB10_DS4, gather(short, POLICY.assume))
+    assert longer.completion_tokens("technical", 0) > 1.5 * longer.typical_tokens
+    ask = Ask(replace(FEATURES, max_tokens=0), _scores("technical"))  # as long as the class's
+    explored = decide(ask, State(policy, alike, IDLE), z=-3.0)
+    assert explored.backend == "plain-0" and explored.explored
+    kept = decide(ask, State(policy, longer, IDLE), z=-3.0)
+    assert kept.backend == "mtp-0" and not kept.explored
+
+
 def test_what_the_log_teaches_overrules_the_prior() -> None:
     # A CPU pair's outcomes under the GB10 prior: agent turns on mtp are far slower.
     cpu_log = list(synthetic.observations(synthetic.CPU_PAIR, 60, seed=2))

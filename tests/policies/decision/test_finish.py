@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.decision.finish import Candidate, InFlight, Queued, queued_ms, queued_work, soonest
+from policies.decision.finish import (
+    Candidate,
+    InFlight,
+    Queued,
+    exploration_bound,
+    queued_ms,
+    queued_work,
+    soonest,
+)
 
 TOKENS = 64.0
 
@@ -59,6 +67,18 @@ def test_exploration_is_bounded_by_the_regret_in_cost() -> None:
     loose = soonest([mtp, plain], TOKENS, max_regret=regret + 0.001)
     assert tight is not None and tight.candidate.name == "plain-0" and not tight.explored
     assert loose is not None and loose.candidate.name == "mtp-0" and loose.explored
+
+
+@pytest.mark.parametrize(("tokens", "typical", "bound"), [
+    (100.0, 250.0, 0.02),  # shorter than typical: the whole bound
+    (250.0, 250.0, 0.02),
+    (500.0, 250.0, 0.01),  # twice as long: half of it, the same cost in ms as a typical one's
+    (0.0, 250.0, 0.02),
+])
+def test_the_exploration_bound_is_tighter_on_a_longer_answer(
+        tokens: float, typical: float, bound: float) -> None:
+    assert exploration_bound(0.02, tokens, typical) == pytest.approx(bound)
+    assert exploration_bound(0.0, tokens, typical) == 0.0  # off stays off
 
 
 def test_no_candidate_no_choice() -> None:

@@ -85,6 +85,10 @@ def test_the_plain_step_prefill_and_reply_length_are_learned_over_the_prior() ->
     assert 0.5 < model.prefill_ms_per_token("plain") < 0.7
     assert model.completion_tokens("agent", 0) == pytest.approx(120, rel=0.05)
     assert model.completion_tokens("agent", 64) == 64
+    # a typical request over every class: 120 tokens, the prior's worth three requests
+    assert model.typical_tokens == pytest.approx(
+        (250 * 120 + 3 * LOCAL_PAIR.completion_tokens) / 253)
+    assert RouteModel(LOCAL_PAIR, RouteEvidence()).typical_tokens == LOCAL_PAIR.completion_tokens
 
 
 def test_sampled_requests_have_their_own_speedup() -> None:
