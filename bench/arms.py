@@ -57,8 +57,11 @@ the best static arm (a config alone, or least-conn, whichever did better on them
 reached on the requests after the first 10 (closed loop: their latencies summed over the
 clients; open loop: their mean latency; `-` where the oracle's margin is under 3%), and the
 share of edits after the first 10 that went to the n-gram instance (auto's, least-conn's, and
-the oracle's: those fastest there alone). `--json` writes the same
-rows as JSON.
+the oracle's: those fastest there alone). At 2 clients a second line replays auto's and
+least-conn's dispatches (which request went to which instance) on the alone times, as the
+oracle's search times every dispatch: the choices compared apart from how fast the machine ran
+while each arm made them (two runs of one dispatch differ by 1-9% here), and auto's share of
+the way from least-conn's to the best. `--json` writes the same rows as JSON.
 """
 
 from __future__ import annotations
@@ -352,14 +355,43 @@ def oracle_two_clients(service: Service, indices: Sequence[int]) -> float | None
         if nodes > DISPATCH_NODES or now + max(other, (other + left[k]) / 2) >= best:
             return
         for _, j in sorted(((other + s if j == busy else s), j) for j, s in enumerate(times[k])):
-            s = times[k][j]
-            if j == busy:  # waits behind it; the other client sends the next when it ends
-                search(k + 1, now + other, s, j)
-            else:
-                search(k + 1, now + min(other, s), abs(other - s), busy if other > s else j)
+            search(k + 1, *_next_send(now, other, busy, j, times[k][j]))
 
     search(0, 0.0, 0.0, -1)
     return best if nodes <= DISPATCH_NODES else None
+
+
+def alone_times(alone: Mapping[str, Run], names: Mapping[str, str]) -> Service:
+    """Each request's seconds on each instance alone (config -> its run at 1 client)."""
+    return {names[role]: {s.index: s.latency for s in run.served if not s.error}
+            for role, run in alone.items()}
+
+
+def replay_two_clients(service: Service, indices: Sequence[int],
+                       backend_of: Mapping[int, str]) -> float | None:
+    """The time of one dispatch of `indices` (request -> the instance it went to, as an arm
+    sent them) at 2 closed-loop clients, replayed on the measured times as
+    `oracle_two_clients` times every dispatch: how good the arm's choices were, apart from how
+    fast the machine ran while it made them (runs of the same dispatch differ by 1-9% here).
+    None if a request went to an instance that was not timed."""
+    names = list(service)
+    now, other, busy = 0.0, 0.0, -1
+    for i in indices:
+        if backend_of.get(i) not in service:
+            return None
+        j = names.index(backend_of[i])
+        now, other, busy = _next_send(now, other, busy, j, service[names[j]][i])
+    return now + other
+
+
+def _next_send(now: float, other: float, busy: int, j: int, seconds: float
+               ) -> tuple[float, float, int]:
+    """A request sent at `now` to instance `j` (`seconds` there) while the other client's
+    request ends `other` later on `busy` (-1: none): when the next request is sent, how long
+    after that the request still running ends, and its instance."""
+    if j == busy:  # waits behind it; the other client sends the next when it ends
+        return now + other, seconds, j
+    return now + min(other, seconds), abs(other - seconds), busy if other > seconds else j
 
 
 def _class_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
@@ -425,6 +457,10 @@ class Row:
     copy_wins_on_ngram: dict[str, float | None] = field(default_factory=dict)
     # class -> config -> mean seconds a request alone on it (the oracle's replay, 1 client)
     service: dict[str, dict[str, float]] = field(default_factory=dict)
+    # 2 clients: auto's and least-conn's dispatches replayed on the alone times, and the best
+    # dispatch's (`replay_two_clients`); auto's share of the way from least-conn's to the best
+    replayed: dict[str, float] = field(default_factory=dict)
+    replayed_share: float | None = None
     failed: int = 0
     cut: bool = False
 
@@ -458,7 +494,33 @@ def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[st
     row.failed = sum(1 for run in runs.values() for s in run.served if s.error)
     row.cut = any(run.cut for run in runs.values())
     row.service = service_by_class(alone)
+    if load.clients == 2:
+        row.replayed, row.replayed_share = replayed_dispatches(runs, alone, names,
+                                                               row.totals["oracle"])
     return row
+
+
+def replayed_dispatches(runs: Mapping[str, Run], alone: Mapping[str, Run],
+                        names: Mapping[str, str], best: float
+                        ) -> tuple[dict[str, float], float | None]:
+    """auto's and least-conn's 2-client dispatches replayed on the alone times, beside the best
+    dispatch's time `best`, and auto's share of the way from least-conn's to it (None: no way
+    to go, or a dispatch that could not be replayed)."""
+    service = alone_times(alone, names)
+    indices = [i for i in sorted(next(iter(service.values()), {}))
+               if all(i in times for times in service.values())]
+    replayed = {"best": best}
+    for arm in ("auto", "least-conn"):
+        backend_of = {s.index: s.backend for s in runs[arm].served if not s.error}
+        seconds = replay_two_clients(service, indices, backend_of)
+        if seconds is not None:
+            replayed[arm] = seconds
+    if "auto" not in replayed or "least-conn" not in replayed:
+        return replayed, None
+    room = replayed["least-conn"] - best
+    share = (replayed["least-conn"] - replayed["auto"]) / room \
+        if room > MARGIN_FLOOR * replayed["least-conn"] else None
+    return replayed, share
 
 
 def _share_on(backend: str | None, served: Sequence[Served]) -> float | None:
@@ -663,8 +725,7 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
                      "least-conn": (pinned, LeastConn(list(names.values())))}
         side_by_side = await drive_side_by_side(arms, items, next(serial), bound(len(arms)))
     alone = {role: side_by_side[role] for role in names}
-    service = {names[r]: {s.index: s.latency for s in run.served if not s.error}
-               for r, run in alone.items()}
+    service = alone_times(alone, names)
     timed = complete(service, items)
     fastest = statistics.fmean(min(t[i] for t in service.values()) for i in timed) if timed \
         else 1.0
@@ -729,6 +790,11 @@ def format_row(row: Row, first: bool = False) -> str:
     line = (f"  {row.load:<10}{cells}  {row.best_single:>6} {x['auto']:>10.3f} "
             f"{x['least-conn']:>9.3f} {x['oracle']:>12.3f} {row.auto_x_lc:>9.3f}  {margin:>15}  "
             f"{edits:>30}  {wins:>24}{flags}")
+    if row.replayed:
+        r = {a: row.replayed.get(a, float("nan")) for a in ("auto", "least-conn", "best")}
+        line += (f"\n  {'':<10}dispatches replayed on the alone times: auto {r['auto']:.2f},"
+                 f" least-conn {r['least-conn']:.2f}, best {r['best']:.2f}"
+                 f" (auto {_share(row.replayed_share)} of the way from least-conn)")
     return f"{HEADER}\n{line}" if first else line
 
 

@@ -32,6 +32,7 @@ from bench.arms import (
     oracle_open,
     oracle_two_clients,
     parse_load,
+    replay_two_clients,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.serve import start_site
@@ -58,6 +59,12 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
         assert row["failed"] == 0 and not row["cut"]
         assert set(row["service"]) == {"chat", "edit", "prose"}  # each class alone on each config
         assert all(set(times) == {"plain", "ngram", "draft"} for times in row["service"].values())
+    # 2 clients: each dispatch replayed on the alone times, none better than the best one
+    replayed = rows[1]["replayed"]
+    assert set(replayed) == {"auto", "least-conn", "best"}
+    assert replayed["best"] == rows[1]["totals"]["oracle"]
+    assert all(replayed[arm] >= replayed["best"] - 1e-9 for arm in ("auto", "least-conn"))
+    assert "dispatches replayed on the alone times: auto" in printed
     alone = rows[0]["totals"]  # 1 client: each request on its fastest instance, in turn
     assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
 
@@ -166,6 +173,21 @@ def test_two_clients_the_oracle_is_the_best_of_every_dispatch(
     every = min(_closed_loop(times, choice)
                 for choice in itertools.product(range(instances), repeat=len(times)))
     assert oracle_two_clients(service, range(len(times))) == pytest.approx(every)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0), st.integers(0, 1)),
+                min_size=1, max_size=12))
+def test_a_replayed_dispatch_takes_what_it_takes_simulated_forward(
+    rows: list[tuple[float, float, int]]
+) -> None:
+    times = [row[:2] for row in rows]
+    choice = tuple(row[2] for row in rows)
+    service = {f"i{j}": {k: t[j] for k, t in enumerate(times)} for j in range(2)}
+    dispatch = {k: f"i{j}" for k, j in enumerate(choice)}
+    assert replay_two_clients(service, range(len(times)), dispatch) == pytest.approx(
+        _closed_loop(times, choice))
+    assert replay_two_clients(service, range(len(times)), {}) is None  # went nowhere timed
 
 
 def test_two_clients_the_oracle_waits_for_the_busy_instance_when_that_pays() -> None:
