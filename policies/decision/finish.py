@@ -9,11 +9,12 @@ For each candidate instance, the predicted finish is
   + the expected completion tokens x its per-token time for this request
     (plain: the machine's plain step; mtp: that step over the request's predicted speedup).
 The speedup is drawn from its posterior (Thompson sampling, one standard normal draw `z`),
-and a draw that would pick another instance than the posterior mean is followed only when the
+and a draw that would pick another instance than the posterior mean is followed when the
 expected regret of doing so (the mean cost there over the best mean cost, less one) is at
 most the request's bound (`exploration_bound`: `max_regret`, tighter on an answer longer than a
-typical one): exploration costs at most that share of a typical request's time, and only where
-the evidence leaves the choice open. Until a config has been measured `THIN_BELOW` times (the
+typical one), and beyond it with the chance bound / regret: exploring costs a request at most
+that share of a typical request's time, expected, and happens where the posterior leaves the
+choice open, however far its mean. Until a config has been measured `THIN_BELOW` times (the
 startup probe's two requests per instance), its mean is the prior's guess and a draw for it is followed anyway.
 
 The cost of a choice is not only this request's finish: every request that will queue behind
@@ -144,7 +145,8 @@ class Choice:
 
 
 def soonest(
-    candidates: Sequence[Candidate], tokens: float, *, max_regret: float
+    candidates: Sequence[Candidate], tokens: float, *, max_regret: float,
+    z: float | None = None,
 ) -> Choice | None:
     """The candidate with the least predicted cost: its finish, plus the delay it imposes on the
     requests expected to queue behind it (Thompson draw, regret-bounded). The bound is on the
@@ -152,6 +154,11 @@ def soonest(
     candidate (its kind of instance barely measured, its mean mostly the prior's) is followed
     whatever it costs there, so that what was judged from the prior alone gets measured; the
     draw is wide only while the evidence is thin, and a clear loser is drawn rarely even then.
+    A draw whose regret at the mean is above the bound is followed with the chance
+    `max_regret` / its regret (`z`, the draw the candidates' were made from, decides it; None:
+    never): a
+    request's expected exploration cost stays within the bound, and a config the mean writes
+    off (from one short probe, say) is still measured where the posterior leaves it a chance.
     `max_regret` 0: no exploration at all."""
     if not candidates:
         return None
@@ -163,10 +170,21 @@ def soonest(
     best_mean, _, best = min(ranked, key=_MEAN)
     drawn_mean, _, drawn = min(ranked, key=_DRAWN)
     finish = {c.name: c.finish_ms(tokens) for c in candidates}
-    thin = drawn.thin and max_regret > 0  # 0: no exploration at all
-    if drawn.name != best.name and (thin or _regret(drawn_mean[0], best_mean[0]) <= max_regret):
-        return Choice(drawn, True, finish)
+    if drawn.name != best.name and max_regret > 0:  # 0: no exploration at all
+        regret = _regret(drawn_mean[0], best_mean[0])
+        if drawn.thin or regret <= max_regret or (
+                z is not None and _accepted(max_regret / regret, z)):
+            return Choice(drawn, True, finish)
     return Choice(best, False, finish)
+
+
+# The chance test of a dear draw reads the low digits of the draw's uniform: uniform and
+# all but independent of the high ones, which decided where the draw points.
+_LOW_DIGITS: Final = 1024.0
+
+
+def _accepted(chance: float, z: float) -> bool:
+    return (_STANDARD_NORMAL.cdf(z) * _LOW_DIGITS) % 1.0 < chance
 
 
 def exploration_bound(max_regret: float, tokens: float, typical_tokens: float) -> float:

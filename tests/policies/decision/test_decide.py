@@ -132,39 +132,59 @@ def test_the_cached_prefix_counts_against_moving_a_conversation() -> None:
     assert decide(Ask(long_prompt, _scores("agent"), held=held), State(unsticky, GB10, IDLE)).backend == "mtp-0"
 
 
-def test_thompson_draws_explore_only_within_the_regret_bound() -> None:
+# Low draws, all of which make plain look faster than mtp for a technical turn: uniforms spread
+# over the bottom 0.5% (the chance test reads their low digits, as spread as any).
+LOW_DRAWS = [normal_draw(0.005 * (k + 0.5) / 400) for k in range(400)]
+
+
+def _explored_share(ask: Ask, state: State) -> float:
+    """The share of LOW_DRAWS whose decision explored (each to plain)."""
+    decisions = [decide(ask, state, z=z) for z in LOW_DRAWS]
+    assert all(d.backend == ("plain-0" if d.explored else "mtp-0") for d in decisions)
+    return sum(d.explored for d in decisions) / len(decisions)
+
+
+def test_thompson_draws_explore_within_the_regret_bound_and_beyond_it_by_chance() -> None:
     # technical: +4.4% predicted on a GB10 whose both instances were measured (not thin); a low
     # draw makes plain look faster
     log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
            if o.cls in ("technical", "agent")]
     gb10 = RouteModel(GB10_DS4, gather(log, POLICY.assume))
     assert min(gb10.measured("plain"), gb10.measured("mtp")) >= THIN_BELOW
-    low = decide(Ask(FEATURES, _scores("technical")), State(POLICY, gb10, IDLE), z=-3.0)
-    median = decide(Ask(FEATURES, _scores("technical")), State(POLICY, gb10, IDLE), z=0.0)
+    ask = Ask(FEATURES, _scores("technical"))
+    median = decide(ask, State(POLICY, gb10, IDLE), z=0.0)
     assert median.backend == "mtp-0" and not median.explored
+    regret = median.finish_ms["plain-0"] / median.finish_ms["mtp-0"] - 1.0
+    assert 0.03 < regret < 0.06
     generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
-    explored = decide(Ask(FEATURES, _scores("technical")), State(generous, gb10, IDLE), z=-3.0)
-    assert explored.backend == "plain-0" and explored.explored
-    assert low.backend == "mtp-0" and not low.explored  # 4.4% regret > the 2% bound
+    assert _explored_share(ask, State(generous, gb10, IDLE)) == 1.0  # within the bound: always
+    # beyond the 2% bound: the chance 2% / the regret, so that the cost expected stays 2%
+    assert _explored_share(ask, State(POLICY, gb10, IDLE)) == pytest.approx(0.02 / regret,
+                                                                              abs=0.05)
     off = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.0)})
-    assert not decide(Ask(FEATURES, _scores("technical")), State(off, GB10, IDLE), z=-3.0).explored
+    assert _explored_share(ask, State(off, gb10, IDLE)) == 0.0
 
 
 def test_a_draw_on_an_answer_longer_than_a_typical_one_has_a_tighter_bound() -> None:
-    # the same 4.4% regret on a technical turn, under a 6% bound: explored while technical
-    # answers are as long as the others, not once they are 1.5x the typical length or more
+    # the same ~4.4% regret on a technical turn, under a 6% bound: always explored while
+    # technical answers are as long as the others; 1.5x the typical length or more, the bound
+    # is cut as much, below the regret, and a low draw is followed only by chance
     log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
            if o.cls in ("technical", "agent")]
     short = [replace(o, completion_tokens=20) if o.cls == "agent" else o for o in log]
     policy = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.06)})
     alike = RouteModel(GB10_DS4, gather(log, POLICY.assume))
     longer = RouteModel(GB10_DS4, gather(short, POLICY.assume))
-    assert longer.completion_tokens("technical", 0) > 1.5 * longer.typical_tokens
+    tokens = longer.completion_tokens("technical", 0)
+    assert tokens > 1.5 * longer.typical_tokens
     ask = Ask(replace(FEATURES, max_tokens=0), _scores("technical"))  # as long as the class's
-    explored = decide(ask, State(policy, alike, IDLE), z=-3.0)
-    assert explored.backend == "plain-0" and explored.explored
-    kept = decide(ask, State(policy, longer, IDLE), z=-3.0)
-    assert kept.backend == "mtp-0" and not kept.explored
+    assert _explored_share(ask, State(policy, alike, IDLE)) == 1.0
+    median = decide(ask, State(policy, longer, IDLE), z=0.0)
+    regret = median.finish_ms["plain-0"] / median.finish_ms["mtp-0"] - 1.0
+    bound = 0.06 * longer.typical_tokens / tokens
+    assert bound < regret
+    assert _explored_share(ask, State(policy, longer, IDLE)) == pytest.approx(bound / regret,
+                                                                               abs=0.05)
 
 
 def test_what_the_log_teaches_overrules_the_prior() -> None:
