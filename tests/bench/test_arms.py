@@ -25,6 +25,7 @@ from bench.arms import (
     Served,
     copy_wins,
     drive_side_by_side,
+    least_conn_two_clients,
     main,
     oracle_ceiling,
     oracle_edits_on_ngram,
@@ -64,7 +65,7 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
     assert set(replayed) == {"auto", "least-conn", "best"}
     assert replayed["best"] == rows[1]["totals"]["oracle"]
     assert all(replayed[arm] >= replayed["best"] - 1e-9 for arm in ("auto", "least-conn"))
-    assert "dispatches replayed on the alone times: auto" in printed
+    assert "on the alone times: auto's dispatch" in printed
     alone = rows[0]["totals"]  # 1 client: each request on its fastest instance, in turn
     assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
 
@@ -188,6 +189,30 @@ def test_a_replayed_dispatch_takes_what_it_takes_simulated_forward(
     assert replay_two_clients(service, range(len(times)), dispatch) == pytest.approx(
         _closed_loop(times, choice))
     assert replay_two_clients(service, range(len(times)), {}) is None  # went nowhere timed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0), st.floats(0.1, 20.0)),
+                min_size=1, max_size=12), st.sampled_from([2, 3]))
+def test_least_conns_rule_on_the_times_is_what_the_picker_would_send(
+    rows: list[tuple[float, float, float]], instances: int
+) -> None:
+    # LeastConn itself, fed the requests as 2 clients free up, simulated forward
+    times = [row[:instances] for row in rows]
+    names = [f"i{j}" for j in range(instances)]
+    service = {name: {k: t[j] for k, t in enumerate(times)} for j, name in enumerate(names)}
+    picker, ends = LeastConn(names), [(0.0, None), (0.0, None)]  # each client: free at, on
+    free, end = dict.fromkeys(names, 0.0), 0.0
+    for k in range(len(times)):
+        at, held = min(ends, key=lambda e: e[0])
+        ends.remove((at, held))
+        if held is not None:
+            picker.release(held)
+        name = picker.pick()
+        free[name] = max(at, free[name]) + service[name][k]
+        ends.append((free[name], name))
+        end = max(end, free[name])
+    assert least_conn_two_clients(service, range(len(times))) == pytest.approx(end)
 
 
 def test_two_clients_the_oracle_waits_for_the_busy_instance_when_that_pays() -> None:
