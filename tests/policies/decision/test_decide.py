@@ -132,29 +132,36 @@ def test_the_cached_prefix_counts_against_moving_a_conversation() -> None:
     assert decide(Ask(long_prompt, _scores("agent"), held=held), State(unsticky, GB10, IDLE)).backend == "mtp-0"
 
 
-# Low draws, all of which make plain look faster than mtp for a technical turn: uniforms spread
-# over the bottom 0.5% (the chance test reads their low digits, as spread as any).
-LOW_DRAWS = [normal_draw(0.005 * (k + 0.5) / 400) for k in range(400)]
+# High draws, all of which make mtp look faster than plain for a prose turn: uniforms spread
+# over the top 0.5% (the chance test reads their low digits, as spread as any).
+HIGH_DRAWS = [normal_draw(1.0 - 0.005 * (k + 0.5) / 400) for k in range(400)]
 
 
-def _explored_share(ask: Ask, state: State) -> float:
-    """The share of LOW_DRAWS whose decision explored (each to plain)."""
-    decisions = [decide(ask, state, z=z) for z in LOW_DRAWS]
-    assert all(d.backend == ("plain-0" if d.explored else "mtp-0") for d in decisions)
+def _explored_share(ask: Ask, state: State, draws: list[float] = HIGH_DRAWS,
+                    to: str = "mtp-0") -> float:
+    """The share of `draws` whose decision explored (each to `to`)."""
+    decisions = [decide(ask, state, z=z) for z in draws]
+    assert all(d.explored == (d.backend == to) for d in decisions)
     return sum(d.explored for d in decisions) / len(decisions)
 
 
+def _gb10(classes: tuple[str, ...], tokens: dict[str, int] | None = None) -> RouteModel:
+    """A GB10 measured on these classes (both instances, not thin), each class's answers
+    `tokens` long where given."""
+    log = [replace(o, completion_tokens=(tokens or {}).get(o.cls, o.completion_tokens))
+           for o in synthetic.observations(synthetic.GB10, 200, seed=4) if o.cls in classes]
+    model = RouteModel(GB10_DS4, gather(log, POLICY.assume))
+    assert min(model.measured("plain"), model.measured("mtp")) >= THIN_BELOW
+    return model
+
+
 def test_thompson_draws_explore_within_the_regret_bound_and_beyond_it_by_chance() -> None:
-    # technical: +4.4% predicted on a GB10 whose both instances were measured (not thin); a low
-    # draw makes plain look faster
-    log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
-           if o.cls in ("technical", "agent")]
-    gb10 = RouteModel(GB10_DS4, gather(log, POLICY.assume))
-    assert min(gb10.measured("plain"), gb10.measured("mtp")) >= THIN_BELOW
-    ask = Ask(FEATURES, _scores("technical"))
+    # prose: -3.6% predicted on mtp; a high draw makes mtp look faster
+    gb10 = _gb10(("prose", "agent"))
+    ask = Ask(FEATURES, _scores("prose"))
     median = decide(ask, State(POLICY, gb10, IDLE), z=0.0)
-    assert median.backend == "mtp-0" and not median.explored
-    regret = median.finish_ms["plain-0"] / median.finish_ms["mtp-0"] - 1.0
+    assert median.backend == "plain-0" and not median.explored
+    regret = median.finish_ms["mtp-0"] / median.finish_ms["plain-0"] - 1.0
     assert 0.03 < regret < 0.06
     generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
     assert _explored_share(ask, State(generous, gb10, IDLE)) == 1.0  # within the bound: always
@@ -165,22 +172,34 @@ def test_thompson_draws_explore_within_the_regret_bound_and_beyond_it_by_chance(
     assert _explored_share(ask, State(off, gb10, IDLE)) == 0.0
 
 
+def test_a_draw_for_a_measured_plain_instance_is_not_followed() -> None:
+    # technical: +4.4% predicted on mtp; a low draw makes plain look faster, but sending the
+    # request there would teach nothing (plain has no speedup to learn; its pace is measured)
+    gb10 = _gb10(("technical", "agent"))
+    generous = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.1)})
+    low = [normal_draw(0.005 * (k + 0.5) / 400) for k in range(400)]
+    ask = Ask(FEATURES, _scores("technical"))
+    assert _explored_share(ask, State(generous, gb10, IDLE), low, to="plain-0") == 0.0
+    # while plain is thin (never measured), a draw for it is followed
+    thin = RouteModel(GB10_DS4, gather([o for o in synthetic.observations(
+        synthetic.GB10, 200, seed=4, mtp_share=1.0) if o.cls == "technical"], POLICY.assume))
+    assert thin.measured("plain") < THIN_BELOW
+    assert _explored_share(ask, State(generous, thin, IDLE), low, to="plain-0") == 1.0
+
+
 def test_a_draw_on_an_answer_longer_than_a_typical_one_has_a_tighter_bound() -> None:
-    # the same ~4.4% regret on a technical turn, under a 6% bound: always explored while
-    # technical answers are as long as the others; 1.5x the typical length or more, the bound
-    # is cut as much, below the regret, and a low draw is followed only by chance
-    log = [o for o in synthetic.observations(synthetic.GB10, 200, seed=4)
-           if o.cls in ("technical", "agent")]
-    short = [replace(o, completion_tokens=20) if o.cls == "agent" else o for o in log]
+    # the same ~3.7% regret on a prose turn, under a 6% bound: always explored while prose
+    # answers are as long as the others; 1.5x the typical length or more, the bound is cut as
+    # much, below the regret, and a high draw is followed only by chance
     policy = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.06)})
-    alike = RouteModel(GB10_DS4, gather(log, POLICY.assume))
-    longer = RouteModel(GB10_DS4, gather(short, POLICY.assume))
-    tokens = longer.completion_tokens("technical", 0)
+    alike = _gb10(("prose", "agent"))
+    longer = _gb10(("prose", "agent"), tokens={"agent": 20})
+    tokens = longer.completion_tokens("prose", 0)
     assert tokens > 1.5 * longer.typical_tokens
-    ask = Ask(replace(FEATURES, max_tokens=0), _scores("technical"))  # as long as the class's
+    ask = Ask(replace(FEATURES, max_tokens=0), _scores("prose"))  # as long as the class's
     assert _explored_share(ask, State(policy, alike, IDLE)) == 1.0
     median = decide(ask, State(policy, longer, IDLE), z=0.0)
-    regret = median.finish_ms["plain-0"] / median.finish_ms["mtp-0"] - 1.0
+    regret = median.finish_ms["mtp-0"] / median.finish_ms["plain-0"] - 1.0
     bound = 0.06 * longer.typical_tokens / tokens
     assert bound < regret
     assert _explored_share(ask, State(policy, longer, IDLE)) == pytest.approx(bound / regret,
