@@ -70,7 +70,7 @@ def describe_policy(policy: Policy) -> list[str]:
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
             f" at most {e.max_regret:.1%} of the best choice's cost (of a typical request's,"
-            " when the answer is expected longer), beyond that by the chance bound / regret."
+            " when the answer is expected longer); never to a measured plain instance."
         ),
     ]
     if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables

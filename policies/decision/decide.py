@@ -126,7 +126,7 @@ def place(
     sticky = held if held is not None and policy.stickiness.enabled else None
     candidates = [candidate(b, features, model, speedups.get(b.config), sticky) for b in eligible]
     bound = exploration_bound(policy.exploration.max_regret, tokens, model.typical_tokens)
-    choice = soonest(candidates, tokens, max_regret=bound, z=z)
+    choice = soonest(candidates, tokens, max_regret=bound)
     if choice is None:
         return Decision(unserved, "", "no_healthy_backend", rule)
     chosen = choice.candidate

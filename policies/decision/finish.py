@@ -12,11 +12,11 @@ The speedup is drawn from its posterior (Thompson sampling, one standard normal 
 and a draw that would pick another instance than the posterior mean is followed when the
 expected regret of doing so (the mean cost there over the best mean cost, less one) is at
 most the request's bound (`exploration_bound`: `max_regret`, tighter on an answer longer than a
-typical one), and beyond it with the chance bound / regret: exploring costs a request at most
-that share of a typical request's time, expected, and happens where the posterior leaves the
-choice open, however far its mean. A draw teaches about the config it picks: one for a plain
-instance (no speedup to learn, its pace measured) is not followed. Until a config has been measured `THIN_BELOW` times (the
-startup probe's two requests per instance), its mean is the prior's guess and a draw for it is followed anyway.
+typical one): exploring costs a request at most that share of a typical request's time, and
+happens only where the evidence leaves the choice open. A draw teaches about the config it
+picks: one for a plain instance (no speedup to learn, its pace measured) is not followed.
+Until a config has been measured `THIN_BELOW` times (the startup probe's two requests per
+instance), its mean is the prior's guess and a draw for it is followed anyway.
 
 The cost of a choice is not only this request's finish: every request that will queue behind
 it on that instance waits its service time there too. In a FIFO queue that serves one request
@@ -150,8 +150,7 @@ class Choice:
 
 
 def soonest(
-    candidates: Sequence[Candidate], tokens: float, *, max_regret: float,
-    z: float | None = None,
+    candidates: Sequence[Candidate], tokens: float, *, max_regret: float
 ) -> Choice | None:
     """The candidate with the least predicted cost: its finish, plus the delay it imposes on the
     requests expected to queue behind it (Thompson draw, regret-bounded). The bound is on the
@@ -159,11 +158,6 @@ def soonest(
     candidate (its kind of instance barely measured, its mean mostly the prior's) is followed
     whatever it costs there, so that what was judged from the prior alone gets measured; the
     draw is wide only while the evidence is thin, and a clear loser is drawn rarely even then.
-    A draw whose regret at the mean is above the bound is followed with the chance
-    `max_regret` / its regret (`z`, the draw the candidates' were made from, decides it; None:
-    never): a
-    request's expected exploration cost stays within the bound, and a config the mean writes
-    off (from one short probe, say) is still measured where the posterior leaves it a chance.
     `max_regret` 0: no exploration at all."""
     if not candidates:
         return None
@@ -179,21 +173,10 @@ def soonest(
     # its pace, once measured, is the best-measured figure there is (so a draw for it is not
     # followed: at 400 tokens two such draws sent stories to plain at 20.6 s each, where n-gram
     # served the stories in 10.8 s on average, and taught nothing about n-gram)
-    if drawn.name != best.name and max_regret > 0 and (drawn.thin or drawn.speculates):
-        regret = _regret(drawn_mean[0], best_mean[0])
-        if drawn.thin or regret <= max_regret or (
-                z is not None and _accepted(max_regret / regret, z)):
-            return Choice(drawn, True, finish)
+    if drawn.name != best.name and max_regret > 0 and (
+            drawn.thin or (drawn.speculates and _regret(drawn_mean[0], best_mean[0]) <= max_regret)):
+        return Choice(drawn, True, finish)
     return Choice(best, False, finish)
-
-
-# The chance test of a dear draw reads the low digits of the draw's uniform: uniform and
-# all but independent of the high ones, which decided where the draw points.
-_LOW_DIGITS: Final = 1024.0
-
-
-def _accepted(chance: float, z: float) -> bool:
-    return (_STANDARD_NORMAL.cdf(z) * _LOW_DIGITS) % 1.0 < chance
 
 
 def exploration_bound(max_regret: float, tokens: float, typical_tokens: float) -> float:

@@ -58,10 +58,9 @@ class Overrides(_Strict):
 class Exploration(_Strict):
     max_regret: float = Field(
         0.02, ge=0.0, le=0.5,
-        description="most a Thompson draw may cost a request, expected, as a share of its "
-                    "best predicted finish (of a typical request's, when its answer is expected "
-                    "longer; a dearer draw is followed with the chance bound / regret; 0: route "
-                    "by the posterior mean only)",
+        description="most a Thompson draw may cost a request, as a share of its best "
+                    "predicted finish (of a typical request's, when its answer is expected "
+                    "longer; 0: route by the posterior mean only)",
     )
     min_samples: int = Field(
         30, ge=1,

@@ -12,7 +12,6 @@ from policies.decision.finish import (
     InFlight,
     Queued,
     exploration_bound,
-    normal_draw,
     queued_ms,
     queued_work,
     soonest,
@@ -80,25 +79,6 @@ def test_the_exploration_bound_is_tighter_on_a_longer_answer(
         tokens: float, typical: float, bound: float) -> None:
     assert exploration_bound(0.02, tokens, typical) == pytest.approx(bound)
     assert exploration_bound(0.0, tokens, typical) == 0.0  # off stays off
-
-
-@pytest.mark.parametrize("max_regret", [0.0, 0.01, 0.05, 0.1])
-def test_a_draw_dearer_than_the_bound_is_followed_by_the_chance_bound_over_regret(
-        max_regret: float) -> None:
-    # the draw makes mtp look faster; following it costs ~20% (a config the mean writes off)
-    mtp = _candidate("mtp-0", "mtp", 0.0, 68.0 * 1.2, 0, sampled_ms_per_token=50.0)
-    plain = _candidate("plain-0", "plain", 0.0, 68.0, 0)
-    regret = mtp.cost_ms(TOKENS) / plain.cost_ms(TOKENS) - 1.0
-    draws = [normal_draw((k + 0.5) / 2000) for k in range(2000)]
-    choices = [soonest([mtp, plain], TOKENS, max_regret=max_regret, z=z) for z in draws]
-    followed = sum(c is not None and c.explored for c in choices) / len(choices)
-    # what exploring costs a request, expected: the bound's share of its time, no more
-    assert followed * regret == pytest.approx(max_regret, abs=0.003)
-    assert all(c is not None and c.candidate.name == ("mtp-0" if c.explored else "plain-0")
-               for c in choices)
-    # without the draw's value, only the bound decides
-    alone = soonest([mtp, plain], TOKENS, max_regret=max_regret)
-    assert alone is not None and not alone.explored
 
 
 def test_no_candidate_no_choice() -> None:
