@@ -528,17 +528,15 @@ def replayed_dispatches(runs: Mapping[str, Run], alone: Mapping[str, Run],
     service = alone_times(alone, names)
     indices = [i for i in sorted(next(iter(service.values()), {}))
                if all(i in times for times in service.values())]
-    replayed = {"best": best, "least-conn": least_conn_two_clients(service, indices)}
+    lc = least_conn_two_clients(service, indices)
+    replayed = {"best": best, "least-conn": lc}
     backend_of = {s.index: s.backend for s in runs["auto"].served if not s.error}
-    seconds = replay_two_clients(service, indices, backend_of)
-    if seconds is not None:
-        replayed["auto"] = seconds
-    if "auto" not in replayed or "least-conn" not in replayed:
+    auto = replay_two_clients(service, indices, backend_of)
+    if auto is None:
         return replayed, None
-    room = replayed["least-conn"] - best
-    share = (replayed["least-conn"] - replayed["auto"]) / room \
-        if room > MARGIN_FLOOR * replayed["least-conn"] else None
-    return replayed, share
+    replayed["auto"] = auto
+    room = lc - best
+    return replayed, (lc - auto) / room if room > MARGIN_FLOOR * lc else None
 
 
 def _share_on(backend: str | None, served: Sequence[Served]) -> float | None:

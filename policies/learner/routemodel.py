@@ -250,15 +250,13 @@ class RouteModel:
         data = self.evidence.prefill.get(config, _NO_DATA)
         if data.n == 0:
             return self.prior.prefill_ms_per_token
-        k = COMPLETION_PRIOR_WEIGHT
-        return (data.total + k * self.prior.prefill_ms_per_token) / (data.n + k)
+        return _shrunk(data.total, data.n, self.prior.prefill_ms_per_token)
 
     def completion_tokens(self, cls: str, max_tokens: int) -> float:
         """Expected completion tokens: the class's mean over the log (shrunk toward the prior),
         capped by the request's max_tokens."""
         data = self.evidence.completion.get(cls, _NO_DATA)
-        k = COMPLETION_PRIOR_WEIGHT
-        mean = (data.total + k * self.prior.completion_tokens) / (data.n + k)
+        mean = _shrunk(data.total, data.n, self.prior.completion_tokens)
         return float(min(mean, max_tokens)) if max_tokens > 0 else mean
 
 
@@ -267,6 +265,12 @@ def _typical_tokens(prior: MachinePrior, evidence: RouteEvidence) -> float:
     toward the prior's as each class's own mean is (what a request's exploration is weighed
     against, `policies.decision.finish.exploration_bound`)."""
     logged = evidence.completion.values()
+    return _shrunk(math.fsum(d.total for d in logged), sum(d.n for d in logged),
+                   prior.completion_tokens)
+
+
+def _shrunk(total: float, n: int, prior: float) -> float:
+    """The mean of `n` logged values summing to `total`, with the prior's value worth
+    COMPLETION_PRIOR_WEIGHT of them."""
     k = COMPLETION_PRIOR_WEIGHT
-    return (math.fsum(d.total for d in logged) + k * prior.completion_tokens) / (
-        sum(d.n for d in logged) + k)
+    return (total + k * prior) / (n + k)

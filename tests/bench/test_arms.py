@@ -151,6 +151,11 @@ def test_under_load_the_ceiling_spreads_the_classes_and_bounds_every_instance() 
     assert 4.0 < three < 6.0
 
 
+def _service(times: Sequence[tuple[float, ...]]) -> dict[str, dict[int, float]]:
+    """Instance `i{j}` -> request k -> `times[k][j]`."""
+    return {f"i{j}": {k: t[j] for k, t in enumerate(times)} for j in range(len(times[0]))}
+
+
 def _closed_loop(times: Sequence[tuple[float, ...]], choice: tuple[int, ...]) -> float:
     """2 clients sending in order, each instance first come first served: the makespan of one
     dispatch (`choice[k]`: request k's instance), simulated forward."""
@@ -170,7 +175,7 @@ def test_two_clients_the_oracle_is_the_best_of_every_dispatch(
     rows: list[tuple[float, float, float]], instances: int
 ) -> None:
     times = [row[:instances] for row in rows]
-    service = {f"i{j}": {k: t[j] for k, t in enumerate(times)} for j in range(instances)}
+    service = _service(times)
     every = min(_closed_loop(times, choice)
                 for choice in itertools.product(range(instances), repeat=len(times)))
     assert oracle_two_clients(service, range(len(times))) == pytest.approx(every)
@@ -184,7 +189,7 @@ def test_a_replayed_dispatch_takes_what_it_takes_simulated_forward(
 ) -> None:
     times = [row[:2] for row in rows]
     choice = tuple(row[2] for row in rows)
-    service = {f"i{j}": {k: t[j] for k, t in enumerate(times)} for j in range(2)}
+    service = _service(times)
     dispatch = {k: f"i{j}" for k, j in enumerate(choice)}
     assert replay_two_clients(service, range(len(times)), dispatch) == pytest.approx(
         _closed_loop(times, choice))
@@ -199,8 +204,8 @@ def test_least_conns_rule_on_the_times_is_what_the_picker_would_send(
 ) -> None:
     # LeastConn itself, fed the requests as 2 clients free up, simulated forward
     times = [row[:instances] for row in rows]
-    names = [f"i{j}" for j in range(instances)]
-    service = {name: {k: t[j] for k, t in enumerate(times)} for j, name in enumerate(names)}
+    service = _service(times)
+    names = list(service)
     picker, ends = LeastConn(names), [(0.0, None), (0.0, None)]  # each client: free at, on
     free, end = dict.fromkeys(names, 0.0), 0.0
     for k in range(len(times)):
