@@ -234,6 +234,7 @@ class Specroute(Router):
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
         self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec)
         self.routed.append(d.profile)
+        sim.pool.note_losses(d.losses_ms)  # as the proxy does when it sends the request
         return d.backend, d.service_ms
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,

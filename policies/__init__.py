@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision
-from policies.decision.finish import IDLE_QUEUE, Queued, queued_work
+from policies.decision.finish import IDLE_QUEUE, NOTHING_BEHIND, Behind, Queued, queued_work
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
 from policies.decision.sessions import Held, SessionTable, conversation_key
@@ -43,6 +43,7 @@ __all__ = [
     "EMPTY_SUMS",
     "IDLE_QUEUE",
     "MTP_CONFIG",
+    "NOTHING_BEHIND",
     "PLAIN_CONFIG",
     "POOL_NAME",
     "PROBE_REASON",
@@ -52,6 +53,7 @@ __all__ = [
     "ArmsState",
     "Ask",
     "BackendState",
+    "Behind",
     "Decision",
     "Held",
     "LearnedState",

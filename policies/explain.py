@@ -65,8 +65,9 @@ def describe_policy(policy: Policy) -> list[str]:
         f"  classifier failure -> {policy.fallback}",
         ("Then the healthy instance (of the pinned profile or pool, if any) with the soonest"
         " predicted finish: queued work + prefill of the uncached prompt + expected tokens x"
-        " per-token time, plus that service time once for each request the instance holds"
-        " (as many are expected to queue behind it)."),
+        " per-token time, plus the delay it imposes on as many requests as the instance holds"
+        " (as many are expected to come while it is served): that service time, or for as"
+        " many as there are idle instances elsewhere what the recent requests lost there."),
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
             f" at most {e.max_regret:.1%} of the best choice's cost (of a typical request's,"

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.finish import InFlight, Queued, queued_ms
+from policies.decision.finish import NOTHING_BEHIND, Behind, InFlight, Queued, queued_ms
 from policies.decision.pins import NO_CONTEXT, RequestContext
 from policies.decision.sessions import Held
 from policies.learner.arms import EMPTY_ARMS, ArmsState
@@ -59,6 +59,9 @@ class BackendState(NamedTuple):
     # its speculation config: what the route model prices it by ('': its profile's shorthand,
     # `mtp` or `plain`)
     spec: str = ""
+    # what the recent requests would have lost had it been taken (the price of making the
+    # next one go elsewhere, while requests are on it)
+    behind: Behind = NOTHING_BEHIND
 
     @property
     def config(self) -> str:

@@ -62,6 +62,9 @@ class Decision:
     # one `p_spec` there is, a view of the prediction that decided
     p_spec: float | None = None
     finish_ms: dict[str, float] = field(default_factory=dict)  # instance -> predicted finish
+    # instance -> what this request would have lost had that instance been taken (not logged:
+    # the proxy's pool keeps the recent ones, the price of making a request go elsewhere)
+    losses_ms: dict[str, float] = field(default_factory=dict, compare=False)
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
     speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
     # the route model's inputs the speedups were predicted from (None: none were), packed; not
@@ -136,7 +139,7 @@ def place(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
         explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
         tokens=tokens, speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
-        finish_ms=dict(choice.finish_ms), config=chosen.config,
+        finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
         inputs=None if x is None else array("d", x.tobytes()),
     )
@@ -238,7 +241,8 @@ def candidate(
     work = b.work()
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
                      waiting=work.requests, thin=model.measured(b.config) < THIN_BELOW,
-                     tie_rank=b.tie_rank, contended=b.contended, config=b.config)
+                     tie_rank=b.tie_rank, contended=b.contended, config=b.config,
+                     behind=b.behind)
 
 
 def failover_order(

@@ -18,22 +18,29 @@ picks: one for a plain instance (no speedup to learn, its pace measured) is not 
 Until a config has been measured `THIN_BELOW` times (the startup probe's two requests per
 instance), its mean is the prior's guess and a draw for it is followed anyway.
 
-The cost of a choice is not only this request's finish: every request that will queue behind
-it on that instance waits its service time there too. In a FIFO queue that serves one request
-at a time, the requests a request leaves behind when it departs are exactly those that waited
-behind it, and in steady state their number is distributed as the number it found on arrival
-(arrivals see time averages; departures leave what arrivals find). So the rule minimises
-    predicted finish + requests on the instance now x this request's service time there,
-the current count standing for the expected number that will wait behind it. When the
-instance is idle (always, at one client) this is the soonest finish; under load it weighs a
-slower service more, which a greedy finish-time rule ignores (the load is counted in requests:
-no clock, no machine constant).
+The cost of a choice is not only this request's finish: a request that comes while it is
+served finds the instance taken. In a FIFO queue that serves one request at a time, the
+requests a request leaves behind when it departs are exactly those that waited behind it, and
+in steady state their number is distributed as the number it found on arrival (arrivals see
+time averages; departures leave what arrivals find). So the rule minimises
+    predicted finish + requests on the instance now x the delay it imposes on each,
+the current count standing for the expected number that will come while it is there. Each
+such request loses this one's service time there, or what it loses by going to its next-best
+instance instead, whichever is less: its loss had this instance been taken, as the recent
+decisions measured it (`Behind`: the soonest finish elsewhere less the finish here, 0 for a
+request that finishes as soon elsewhere). With one instance that loss is the whole service (the open-loop
+queue's price); with two configs that differ on a few requests only, a request waiting for the
+instance that serves it 3x faster delays the one after it by that little (bench.arms, 2
+clients over plain and n-gram: a whole service's price kept every edit off a busy n-gram
+instance). When the instance is idle (always, at one client) this is the soonest finish (the
+load is counted in requests: no clock, no machine constant).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from statistics import NormalDist
@@ -103,6 +110,36 @@ def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float],
     return left + (math.fsum(predicted) - predicted[head])
 
 
+class Behind(NamedTuple):
+    """What recent requests would have lost had an instance been taken when they came: each
+    one's soonest finish elsewhere less its finish there (0: as soon elsewhere; inf: it had no
+    other instance), sorted, with their running sums. A request that holds the instance delays
+    one of them by the lesser of its own service and that loss (the other goes elsewhere)."""
+
+    losses_ms: tuple[float, ...] = ()  # ascending
+    sums_ms: tuple[float, ...] = (0.0,)  # sums_ms[k]: the sum of the k smallest
+
+    @classmethod
+    def of(cls, losses_ms: Iterable[float]) -> Behind:
+        ordered = tuple(sorted(losses_ms))
+        sums = [0.0]
+        for loss in ordered:
+            sums.append(sums[-1] + loss)
+        return cls(ordered, tuple(sums))
+
+    def delay_ms(self, service_ms: float) -> float:
+        """The mean delay a request served `service_ms` here imposes on one that comes while
+        it is: with nothing measured, the whole service (the one behind has to wait)."""
+        count = len(self.losses_ms)
+        if not count:
+            return service_ms
+        below = bisect_left(self.losses_ms, service_ms)  # losses under it: only those are lost
+        return (self.sums_ms[below] + service_ms * (count - below)) / count
+
+
+NOTHING_BEHIND: Final = Behind()
+
+
 class Candidate(NamedTuple):
     """What the rule knows about one healthy instance for this request (a named tuple, as
     `InFlight`: one per instance per decision)."""
@@ -113,13 +150,14 @@ class Candidate(NamedTuple):
     prefill_ms: float
     ms_per_token: float  # at the posterior median of the speedup
     sampled_ms_per_token: float  # at the Thompson draw
-    waiting: int = 0  # requests on the instance now (the expected number to queue behind it)
+    waiting: int = 0  # requests on the instance now (the expected number to come while it is)
     # its kind of instance is measured too thinly for the posterior mean to be more than the
     # prior's guess: a draw that picks it is followed whatever that mean says (`soonest`)
     thin: bool = False
     tie_rank: int = 0  # among equal costs, the lowest first (BackendState.tie_rank)
     contended: float = 0.0  # the chance of meeting another replica's request (BackendState)
     config: str = ""  # its speculation config ('': its profile)
+    behind: Behind = NOTHING_BEHIND  # what the requests that come while it is taken lose
 
     @property
     def speculates(self) -> bool:
@@ -134,12 +172,18 @@ class Candidate(NamedTuple):
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
         return self.prefill_ms + tokens * per_token
 
-    def cost_ms(self, tokens: float, sampled: bool = False) -> float:
-        """Its finish plus the delay its service imposes on those expected to queue behind it,
-        and the expected wait of a collision: one of two requests sent here at once waits for
-        the other (about as long as this one)."""
-        queue = self.waiting + self.contended
-        return self.finish_ms(tokens, sampled) + queue * self.service_ms(tokens, sampled)
+    def cost_ms(self, tokens: float, sampled: bool = False, idle_elsewhere: int = 0) -> float:
+        """Its finish plus the delay its service imposes on the requests expected to come while
+        it is served, and the expected wait of a collision: one of two requests sent here at
+        once waits for the other (about as long as this one: sent, it cannot go elsewhere).
+        Of those expected to come, as many as there are idle instances elsewhere
+        (`idle_elsewhere`) go there at their loss (`behind`); the others wait behind it."""
+        service = self.service_ms(tokens, sampled)
+        cost = self.queue_ms + service + self.contended * service
+        if self.waiting:
+            elsewhere = min(self.waiting, idle_elsewhere)
+            cost += elsewhere * self.behind.delay_ms(service) + (self.waiting - elsewhere) * service
+        return cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,13 +191,15 @@ class Choice:
     candidate: Candidate
     explored: bool  # the Thompson draw picked another instance than the posterior mean
     finish_ms: Mapping[str, float]  # instance -> predicted finish at the posterior mean
+    # instance -> what this request would have lost had that instance been taken (`Behind`)
+    losses_ms: Mapping[str, float]
 
 
 def soonest(
     candidates: Sequence[Candidate], tokens: float, *, max_regret: float
 ) -> Choice | None:
     """The candidate with the least predicted cost: its finish, plus the delay it imposes on the
-    requests expected to queue behind it (Thompson draw, regret-bounded). The bound is on the
+    requests expected to come while it is served (Thompson draw, regret-bounded). The bound is on the
     regret at the posterior mean, which is only as good as the evidence: a draw for a `thin`
     candidate (its kind of instance barely measured, its mean mostly the prior's) is followed
     whatever it costs there, so that what was judged from the prior alone gets measured; the
@@ -163,20 +209,32 @@ def soonest(
         return None
     # each candidate's costs computed once; ties go to a plain instance (a draft costs power
     # for nothing), then by the caller's tie rank, then by name
-    ranked = [((c.cost_ms(tokens), c.profile != "plain", c.tie_rank, c.name),
-               (c.cost_ms(tokens, sampled=True), c.profile != "plain", c.tie_rank, c.name), c)
+    idle = sum(not c.waiting for c in candidates)  # a busy one's idle elsewhere: all of them
+    ranked = [((c.cost_ms(tokens, idle_elsewhere=idle), c.profile != "plain", c.tie_rank, c.name),
+               (c.cost_ms(tokens, True, idle), c.profile != "plain", c.tie_rank, c.name), c)
               for c in candidates]
     best_mean, _, best = min(ranked, key=_MEAN)
     drawn_mean, _, drawn = min(ranked, key=_DRAWN)
     finish = {c.name: c.finish_ms(tokens) for c in candidates}
+    losses = losses_if_taken(finish)
     # a draw teaches about the config it picks: a plain instance has no speedup to learn, and
     # its pace, once measured, is the best-measured figure there is (so a draw for it is not
     # followed: at 400 tokens two such draws sent stories to plain at 20.6 s each, where n-gram
     # served the stories in 10.8 s on average, and taught nothing about n-gram)
     if drawn.name != best.name and max_regret > 0 and (
             drawn.thin or (drawn.speculates and _regret(drawn_mean[0], best_mean[0]) <= max_regret)):
-        return Choice(drawn, True, finish)
-    return Choice(best, False, finish)
+        return Choice(drawn, True, finish, losses)
+    return Choice(best, False, finish, losses)
+
+
+def losses_if_taken(finish_ms: Mapping[str, float]) -> dict[str, float]:
+    """Instance -> what the request would lose had that instance been taken: its soonest
+    finish elsewhere less its finish there, queues included (inf: no other instance)."""
+    ordered = sorted(finish_ms.values())
+    first = ordered[0]
+    second = ordered[1] if len(ordered) > 1 else math.inf
+    return {name: max(0.0, (second if finish <= first else first) - finish)
+            for name, finish in finish_ms.items()}
 
 
 def exploration_bound(max_regret: float, tokens: float, typical_tokens: float) -> float:

@@ -23,6 +23,7 @@ measured there (router/instances/contention).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
@@ -32,12 +33,15 @@ from aiohttp import web
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import IDLE_QUEUE, BackendState, Queued, queued_work
+from policies import IDLE_QUEUE, NOTHING_BEHIND, BackendState, Behind, Queued, queued_work
 from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
 # price of a request someone else put there (its own prediction is not known here).
 TYPICAL_WEIGHT = 0.1
+# The recent decisions whose losses had an instance been taken price a request's holding it
+# (`Behind`): enough to hold a mix's proportions, few enough to follow a change of traffic.
+BEHIND_WINDOW = 32
 
 
 # (predicted service ms, when it was sent): a request in flight as the finish rule prices it
@@ -81,6 +85,18 @@ class BackendRuntime:
     # ticket -> when it was sent: this replica's requests sent here blind (the instance free as
     # far as it knew, other replicas about), watched for a collision until they end
     blind: dict[int, float] = field(default_factory=dict)
+    # what the recent requests decided here would have lost had this instance been taken
+    losses_ms: deque[float] = field(default_factory=lambda: deque(maxlen=BEHIND_WINDOW))
+    _behind: Behind | None = None  # `behind()`, until a loss is added
+
+    def add_loss(self, loss_ms: float) -> None:
+        self.losses_ms.append(loss_ms)
+        self._behind = None
+
+    def behind(self) -> Behind:
+        if self._behind is None:
+            self._behind = Behind.of(self.losses_ms)
+        return self._behind
 
     def healthy(self, now: float) -> bool:
         return self.probe_healthy and now >= self.failed_until
@@ -169,7 +185,9 @@ class BackendPool:
         return BackendState(name, b.spec.profile, healthy, queued.requests,
                             pools=self._pools[name], queued=queued,
                             tie_rank=self._tie_rank[name], contended=contended,
-                            spec=b.spec.spec_key)
+                            spec=b.spec.spec_key,
+                            # read only while requests are on it: built then, not per decision
+                            behind=b.behind() if queued.requests else NOTHING_BEHIND)
 
     def _idle_states(self) -> dict[str, tuple[BackendState, BackendState]]:
         """Each instance's state while nothing runs on it, (unhealthy, healthy)."""
@@ -357,6 +375,14 @@ class BackendPool:
                                       * (predicted_ms - backend.typical_ms))
             self._changed()
         return ticket
+
+    def note_losses(self, losses_ms: Mapping[str, float]) -> None:
+        """A decision's losses had each instance been taken (`Decision.losses_ms`): the price
+        of holding that instance while the next requests come."""
+        for name, loss in losses_ms.items():
+            backend = self._backends.get(name)
+            if backend is not None:
+                backend.add_loss(loss)
 
     def end(self, name: str, ticket: int, now: float) -> None:
         """The request `ticket` sent to `name` ended at `now` (its answer in, or given up)."""

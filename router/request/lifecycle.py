@@ -76,6 +76,7 @@ async def send_begins(core: Core, session: aiohttp.ClientSession, plan: RoutedRe
                 if spec_counters.wanted(core.pool, primary) else None)
     keep = CONTENT_CAP if core.config.log.content else 0
     result = ForwardResult(meter=StreamMeter(started_at=started, text_cap=keep))
+    core.pool.note_losses(plan.decision.losses_ms)
     ticket = core.pool.begin(primary, plan.decision.service_ms, started)
     return Sending(result, ticket, counters)
 

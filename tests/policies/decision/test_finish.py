@@ -1,5 +1,6 @@
-"""The finish rule's cost: this request's predicted finish, plus its service time for each
-request expected to queue behind it (as many as the instance holds now)."""
+"""The finish rule's cost: this request's predicted finish, plus the delay it imposes on each
+request expected to come while it is served (as many as the instance holds now): its service
+time for those that must wait, what they lose elsewhere for those an idle instance takes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.decision.finish import (
+    NOTHING_BEHIND,
+    Behind,
     Candidate,
     InFlight,
     Queued,
     exploration_bound,
+    losses_if_taken,
     queued_ms,
     queued_work,
     soonest,
@@ -55,6 +59,51 @@ def test_under_load_a_faster_pace_beats_a_slightly_sooner_finish() -> None:
     idle = soonest([_candidate("mtp-0", "mtp", 1000.0, 62.0, 0),
                     _candidate("plain-0", "plain", 412.0, 68.0, 0)], TOKENS, max_regret=0.0)
     assert idle is not None and idle.candidate.name == "plain-0"
+
+
+def test_a_request_behind_loses_its_loss_elsewhere_or_the_whole_service_whichever_is_less(
+) -> None:
+    behind = Behind.of([50.0, 0.0, float("inf"), 0.0])
+    assert behind.losses_ms == (0.0, 0.0, 50.0, float("inf"))
+    # a 100 ms service: two lose nothing, one 50 (it goes elsewhere), one waits the 100
+    assert behind.delay_ms(100.0) == pytest.approx((0 + 0 + 50 + 100) / 4)
+    assert behind.delay_ms(10.0) == pytest.approx((0 + 0 + 10 + 10) / 4)
+    assert NOTHING_BEHIND.delay_ms(100.0) == 100.0  # nothing measured: the one behind waits
+
+
+@given(st.lists(st.floats(0.0, 1e6) | st.just(float("inf")), min_size=1, max_size=40),
+       st.floats(0.0, 1e6))
+def test_the_delay_is_the_mean_of_each_loss_capped_by_the_service(losses: list[float],
+                                                                   service: float) -> None:
+    expected = sum(min(loss, service) for loss in losses) / len(losses)
+    assert Behind.of(losses).delay_ms(service) == pytest.approx(expected)
+
+
+def test_each_instance_s_loss_is_the_soonest_finish_elsewhere_less_its_own() -> None:
+    assert losses_if_taken({"ngram": 400.0, "plain": 1000.0, "draft": 1600.0}) == {
+        "ngram": 600.0, "plain": 0.0, "draft": 0.0}
+    assert losses_if_taken({"a": 500.0, "b": 500.0}) == {"a": 0.0, "b": 0.0}
+    assert losses_if_taken({"only": 500.0}) == {"only": float("inf")}
+
+
+def test_with_an_idle_instance_elsewhere_the_one_behind_is_priced_at_its_loss_there() -> None:
+    # n-gram serves this edit in 3 s after 5 s of another client's request; plain, idle, in 10 s.
+    # Priced as if the next request had to wait its 3 s, the wait looks dear (11 s > 10 s);
+    # the recent requests lost nothing elsewhere when n-gram was taken (chat, stories as fast
+    # on plain): the next one goes to plain, and waiting for n-gram finishes this one 2 s sooner
+    ngram = Candidate("ngram", "mtp", 5000.0, 0.0, 3000.0 / TOKENS, 3000.0 / TOKENS, waiting=1,
+                      behind=Behind.of([0.0] * 8))
+    plain = Candidate("plain", "plain", 0.0, 0.0, 10000.0 / TOKENS, 10000.0 / TOKENS)
+    assert ngram.cost_ms(TOKENS) == pytest.approx(11000.0)  # no idle instance elsewhere
+    assert ngram.cost_ms(TOKENS, idle_elsewhere=1) == pytest.approx(8000.0)
+    choice = soonest([ngram, plain], TOKENS, max_regret=0.0)
+    assert choice is not None and choice.candidate.name == "ngram"
+    assert choice.losses_ms == {"ngram": 2000.0, "plain": 0.0}
+    unmeasured = soonest([ngram._replace(behind=NOTHING_BEHIND), plain], TOKENS, max_regret=0.0)
+    assert unmeasured is not None and unmeasured.candidate.name == "plain"
+    # with every instance busy the one behind has nowhere to go: it waits the whole service
+    assert ngram._replace(waiting=2).cost_ms(TOKENS, idle_elsewhere=1) == pytest.approx(
+        5000.0 + 3000.0 + 0.0 + 3000.0)
 
 
 def test_exploration_is_bounded_by_the_regret_in_cost() -> None:

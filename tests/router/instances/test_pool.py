@@ -7,7 +7,7 @@ import pytest
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from router.instances.contention import Contention
-from router.instances.pool import BackendPool
+from router.instances.pool import BEHIND_WINDOW, BackendPool
 
 
 def _pool() -> BackendPool:
@@ -291,3 +291,23 @@ def test_blind_requests_are_not_watched_while_the_others_are_unheard() -> None:
         pool.end("plain-1", pool.begin("plain-1", now=0.2 + t), 0.7 + t)
     assert pool.contention.watched == watched
     assert pool.contention.risk() == 0.0
+
+
+def test_a_busy_instance_carries_what_the_recent_requests_lost_had_it_been_taken() -> None:
+    pool = _pool()
+    pool.note_losses({"a": 300.0, "b": 0.0})
+    pool.note_losses({"a": 0.0, "b": 0.0})
+    pool.begin("a", predicted_ms=400.0, now=0.0)
+    assert _state(pool, "a", 0.1).behind.losses_ms == (0.0, 300.0)
+    assert _state(pool, "b", 0.1).behind.losses_ms == ()  # idle: nobody can queue behind
+    pool.note_losses({"a": 100.0, "gone": 5.0})  # an instance no longer configured: ignored
+    assert _state(pool, "a", 0.2).behind.losses_ms == (0.0, 100.0, 300.0)
+
+
+def test_the_losses_kept_are_the_latest_window() -> None:
+    pool = _pool()
+    for i in range(BEHIND_WINDOW + 5):
+        pool.note_losses({"a": float(i)})
+    pool.begin("a", predicted_ms=400.0, now=0.0)
+    assert _state(pool, "a", 0.1).behind.losses_ms == tuple(
+        float(i) for i in range(5, BEHIND_WINDOW + 5))

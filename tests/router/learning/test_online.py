@@ -8,6 +8,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import pytest
 
 from backends.local.simulator import SimState
 from decisionlog.records import Outcome, RouteRecord
@@ -42,7 +43,15 @@ async def test_a_request_goes_to_the_idle_instance_while_the_faster_one_is_busy(
     await stack.logged(2)
     queued = [r.decision["finish_ms"] for r in stack.sink.records]
     assert queued[1]["mtp-0"] > queued[1]["plain-0"]  # the queue ahead on mtp-0 was priced
-    assert stack.proxy.app[POOL].runtime("mtp-0").running == {}  # nothing left in flight
+    pool = stack.proxy.app[POOL]
+    assert pool.runtime("mtp-0").running == {}  # nothing left in flight
+    # each decision left what its request would have lost had each instance been taken: the
+    # first, mtp-0's pace gain; the second, the queue it would have waited on mtp-0
+    first_mtp, second_mtp = pool.runtime("mtp-0").losses_ms
+    first_plain, second_plain = pool.runtime("plain-0").losses_ms
+    assert first_mtp > 0.0 and first_plain == 0.0
+    assert second_mtp == 0.0  # the log rounds the finishes to 0.1 ms
+    assert second_plain == pytest.approx(queued[1]["mtp-0"] - queued[1]["plain-0"], abs=0.2)
 
 
 def _record(i: int, profile: str, tps: float) -> RouteRecord:
