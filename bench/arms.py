@@ -59,12 +59,13 @@ clients; open loop: their mean latency; `-` where the oracle's margin is under 3
 share of edits after the first 10 that went to the n-gram instance (auto's, least-conn's, and
 the oracle's: those fastest there alone). At 2 clients a second line replays auto's and
 least-conn's choices on the alone times, as the oracle's search times every dispatch: auto's
-dispatch (which request went to which instance) replayed, least-conn's rule run on them (an
-idle instance, ties in turn), and auto's share of the way from least-conn's time to the best
-dispatch's: the choices compared apart from how fast the machine ran while each arm made them
-(two runs of one dispatch differ by 1-9% here). A replay keeps each request's instance; where
-two requests ended close together it may find that instance busy and wait where the run did
-not, or not wait where it did. `--json` writes the same rows as JSON.
+dispatch replayed, least-conn's rule run on them (an idle instance, ties in turn; the mean
+over where its turn starts, which alone decides its dispatch over two instances), and auto's
+share of the way from least-conn's time to the best dispatch's: the choices compared apart
+from how fast the machine ran while each arm made them (two runs of one dispatch differ by 1-9%
+here). The replay makes each of auto's choices as the run made it: a wait for the busy
+instance, or an idle one (the one it named when that is idle in the replay too); its decision
+log tells which. `--json` writes the same rows as JSON.
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ class Served:
     sent: float  # seconds since the run began
     done: float
     error: str = ""
+    request_id: str = ""  # the proxy's, as its decision log names the request
+    # the proxy sent it to an instance busy with another request (None: not known)
+    waited: bool | None = None
 
     @property
     def latency(self) -> float:
@@ -215,9 +219,9 @@ Router = Pinned | LeastConn
 
 
 async def send(session: aiohttp.ClientSession, url: str, item: TrafficRequest, router: Router,
-               conversation: str) -> tuple[str, str]:
+               conversation: str) -> tuple[str, str, str]:
     """One request through the proxy at `url` on the route `router` picks: the backend that
-    answered and the error ('' for none)."""
+    answered, the error ('' for none) and the proxy's request id."""
     route = router.pick()
     headers = {"x-specroute-route": route, "x-specroute-conversation": conversation}
     try:
@@ -225,9 +229,11 @@ async def send(session: aiohttp.ClientSession, url: str, item: TrafficRequest, r
                                 headers=headers) as response:
             response.raise_for_status()
             await response.json()
-            return response.headers.get("x-specroute-backend", ""), ""
+            answered = response.headers
+            return (answered.get("x-specroute-backend", ""), "",
+                    answered.get("x-specroute-request-id", ""))
     except REQUEST_ERRORS as exc:
-        return "", f"{type(exc).__name__}: {exc}"
+        return "", f"{type(exc).__name__}: {exc}", ""
     finally:
         router.release(route)
 
@@ -244,9 +250,10 @@ async def drive(url: str, items: Sequence[TrafficRequest], load: Load, router: R
 
     async def one(session: aiohttp.ClientSession, index: int) -> None:
         sent = time.monotonic() - began
-        backend, error = await send(session, url, items[index], router, f"{tag}-{index}")
+        backend, error, request_id = await send(session, url, items[index], router,
+                                                f"{tag}-{index}")
         served.append(Served(index, items[index].cls, backend, sent,
-                             time.monotonic() - began, error))
+                             time.monotonic() - began, error, request_id))
 
     async with aiohttp.ClientSession(timeout=_timeout(deadline)) as session:
         if load.open:
@@ -291,7 +298,8 @@ async def drive_side_by_side(arms: Mapping[str, Arm], items: Sequence[TrafficReq
             for name in names[turn:] + names[:turn]:
                 url, router = arms[name]
                 began = time.monotonic()
-                backend, error = await send(session, url, item, router, f"{tag}-{name}-{index}")
+                backend, error, _ = await send(session, url, item, router,
+                                               f"{tag}-{name}-{index}")
                 sent, clocks[name] = clocks[name], clocks[name] + time.monotonic() - began
                 served[name].append(Served(index, item.cls, backend, sent, clocks[name], error))
     return {name: Run(tuple(runs), len(runs) < len(items)) for name, runs in served.items()}
@@ -370,36 +378,54 @@ def alone_times(alone: Mapping[str, Run], names: Mapping[str, str]) -> Service:
             for role, run in alone.items()}
 
 
-def replay_two_clients(service: Service, indices: Sequence[int],
-                       backend_of: Mapping[int, str]) -> float | None:
+def replay_two_clients(service: Service, indices: Sequence[int], backend_of: Mapping[int, str],
+                       waited: Mapping[int, bool] | None = None) -> float | None:
     """The time of one dispatch of `indices` (request -> the instance it went to, as an arm
     sent them) at 2 closed-loop clients, replayed on the measured times as
     `oracle_two_clients` times every dispatch: how good the arm's choices were, apart from how
     fast the machine ran while it made them (runs of the same dispatch differ by 1-9% here).
-    None if a request went to an instance that was not timed."""
+    `waited` (request -> whether it was sent to a busy instance, as the run decided): where
+    the replay's timing finds the state otherwise than the run did, the same choice is made
+    as the run made it, a wait for the busy instance or an idle one (the first), not the
+    instance by name (the named one, busy in the replay when two requests ended close together,
+    would make a dispatch that never waited wait: 117.6 s against least-conn's 108.7 for a
+    dispatch that was least-conn's in the run). None if a request went to an instance that was
+    not timed."""
     names = list(service)
     now, other, busy = 0.0, 0.0, -1
     for i in indices:
         if backend_of.get(i) not in service:
             return None
         j = names.index(backend_of[i])
+        wait = (waited or {}).get(i)
+        if wait is not None and busy >= 0 and (j == busy) != wait:
+            j = busy if wait else next(k for k in range(len(names)) if k != busy)
         now, other, busy = _next_send(now, other, busy, j, service[names[j]][i])
     return now + other
 
 
-def least_conn_two_clients(service: Service, indices: Sequence[int]) -> float:
-    """least-connections' own rule (`LeastConn`: an idle instance, ties in turn) at 2
-    closed-loop clients on the measured times. Its recorded dispatch replayed would not do:
-    where two requests end close together the replay can find the instance it chose busy and
-    make it wait, which the rule never does (10 s of 132 in one run here)."""
+def least_conn_two_clients(service: Service, indices: Sequence[int], start: int = 0) -> float:
+    """least-connections' own rule (`LeastConn`: an idle instance, ties in turn, the turn at
+    `start`) at 2 closed-loop clients on the measured times. Its recorded dispatch replayed
+    would not do: where two requests end close together the replay can find the instance it
+    chose busy and make it wait, which the rule never does (10 s of 132 in one run here)."""
     count = len(service)
-    now, other, busy, turn = 0.0, 0.0, -1, 0
+    now, other, busy, turn = 0.0, 0.0, -1, start % count
     times = list(service.values())
     for i in indices:
         j = next(k % count for k in range(turn, turn + count) if k % count != busy)
         turn = (j + 1) % count
         now, other, busy = _next_send(now, other, busy, j, times[j][i])
     return now + other
+
+
+def least_conn_every_start(service: Service, indices: Sequence[int]) -> float:
+    """`least_conn_two_clients`, the mean over where its turn starts. Over two instances at 2
+    clients one instance is idle at every send after the first, so which request goes where
+    follows from the first request's instance alone, and that is arbitrary (the turn left by
+    earlier traffic): on one day's times here, 108.7 s started on plain, 123.9 on n-gram."""
+    return statistics.fmean(least_conn_two_clients(service, indices, start)
+                            for start in range(len(service)))
 
 
 def _next_send(now: float, other: float, busy: int, j: int, seconds: float
@@ -476,7 +502,7 @@ class Row:
     # class -> config -> mean seconds a request alone on it (the oracle's replay, 1 client)
     service: dict[str, dict[str, float]] = field(default_factory=dict)
     # 2 clients, on the alone times: auto's dispatch replayed (`replay_two_clients`),
-    # least-conn's rule run (`least_conn_two_clients`) and the best dispatch; auto's share of
+    # least-conn's rule run (`least_conn_every_start`) and the best dispatch; auto's share of
     # the way from least-conn's to the best
     replayed: dict[str, float] = field(default_factory=dict)
     replayed_share: float | None = None
@@ -528,10 +554,11 @@ def replayed_dispatches(runs: Mapping[str, Run], alone: Mapping[str, Run],
     service = alone_times(alone, names)
     indices = [i for i in sorted(next(iter(service.values()), {}))
                if all(i in times for times in service.values())]
-    lc = least_conn_two_clients(service, indices)
+    lc = least_conn_every_start(service, indices)
     replayed = {"best": best, "least-conn": lc}
-    backend_of = {s.index: s.backend for s in runs["auto"].served if not s.error}
-    auto = replay_two_clients(service, indices, backend_of)
+    served = [s for s in runs["auto"].served if not s.error]
+    waited = {s.index: s.waited for s in served if s.waited is not None}
+    auto = replay_two_clients(service, indices, {s.index: s.backend for s in served}, waited)
     if auto is None:
         return replayed, None
     replayed["auto"] = auto
@@ -774,12 +801,24 @@ async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequen
     `bound()` (one arm's time is not the next one's)."""
     runs = {role: await drive(pinned, items, load, Pinned(name), next(serial), bound(),
                               arrivals) for role, name in names.items()}
-    async with proxy(workdir / next(serial), instances) as cold:
-        runs["auto"] = await drive(cold, items, load, Pinned("auto"), next(serial), bound(),
-                                   arrivals)
+    cold_dir = workdir / next(serial)
+    async with proxy(cold_dir, instances) as cold:
+        auto = await drive(cold, items, load, Pinned("auto"), next(serial), bound(), arrivals)
+    runs["auto"] = with_waits(auto, cold_dir / "decisions.jsonl")
     runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
                                      next(serial), bound(), arrivals)
     return runs
+
+
+def with_waits(run: Run, log: Path) -> Run:
+    """`run` with each request's `waited` from the proxy's decision log: whether the instance
+    it was sent to had requests on it (the decision's queue ahead)."""
+    queued: dict[str, bool] = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        queued[record["request_id"]] = record["decision"].get("queue_ms", 0.0) > 0.0
+    served = tuple(replace(s, waited=queued.get(s.request_id)) for s in run.served)
+    return Run(served, run.cut)
 
 
 def _classes(items: Sequence[TrafficRequest]) -> str:
@@ -809,7 +848,8 @@ def format_row(row: Row, first: bool = False) -> str:
     if row.replayed:
         r = {a: row.replayed.get(a, float("nan")) for a in ("auto", "least-conn", "best")}
         line += (f"\n  {'':<10}on the alone times: auto's dispatch {r['auto']:.2f},"
-                 f" least-conn's rule {r['least-conn']:.2f}, the best dispatch {r['best']:.2f}"
+                 f" least-conn's rule {r['least-conn']:.2f} (mean over its turn's start),"
+                 f" the best dispatch {r['best']:.2f}"
                  f" (auto {_share(row.replayed_share)} of the way from least-conn)")
     return f"{HEADER}\n{line}" if first else line
 

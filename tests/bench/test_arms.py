@@ -25,6 +25,7 @@ from bench.arms import (
     Served,
     copy_wins,
     drive_side_by_side,
+    least_conn_every_start,
     least_conn_two_clients,
     main,
     oracle_ceiling,
@@ -34,6 +35,7 @@ from bench.arms import (
     oracle_two_clients,
     parse_load,
     replay_two_clients,
+    with_waits,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from router.serve import start_site
@@ -197,6 +199,40 @@ def test_a_replayed_dispatch_takes_what_it_takes_simulated_forward(
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0), st.integers(0, 1)),
+                min_size=1, max_size=12))
+def test_a_dispatch_that_never_waited_replays_as_least_conns_rule_from_its_first_instance(
+    rows: list[tuple[float, float, int]]
+) -> None:
+    # the names as the run made them, whatever they were: never waiting, each request after the
+    # first takes the idle instance, in the replay too
+    times = [row[:2] for row in rows]
+    service = _service(times)
+    named = {k: f"i{row[2]}" for k, row in enumerate(rows)}
+    never = dict.fromkeys(range(len(rows)), False)
+    first = rows[0][2]
+    assert replay_two_clients(service, range(len(rows)), named, never) == pytest.approx(
+        least_conn_two_clients(service, range(len(rows)), start=first))
+    assert least_conn_every_start(service, range(len(rows))) == pytest.approx(
+        (least_conn_two_clients(service, range(len(rows)), 0)
+         + least_conn_two_clients(service, range(len(rows)), 1)) / 2)
+
+
+def test_a_wait_is_replayed_as_a_wait_where_the_named_instance_is_idle_in_the_replay() -> None:
+    # request 0 on i1 (ngram, 2 s), request 1 on i0 (1 s), then request 2: in the run it waited
+    # for i1, named i1. In the replay i1 is busy at its send (1 s): it waits, ends at 4 s
+    times = [(20.0, 2.0), (1.0, 1.5), (20.0, 2.0)]
+    service = _service(times)
+    named = {0: "i1", 1: "i0", 2: "i1"}
+    assert replay_two_clients(service, range(3), named, {2: True}) == pytest.approx(4.0)
+    # named i0 but recorded as a wait: the replay's busy instance is i1, so it waits there
+    assert replay_two_clients(service, range(3), {**named, 2: "i0"}, {2: True}) == (
+        pytest.approx(4.0))
+    # named i1 but recorded as no wait (i1 was idle in the run): the idle one, i0, at 21 s
+    assert replay_two_clients(service, range(3), named, {2: False}) == pytest.approx(21.0)
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0), st.floats(0.1, 20.0)),
                 min_size=1, max_size=12), st.sampled_from([2, 3]))
 def test_least_conns_rule_on_the_times_is_what_the_picker_would_send(
@@ -236,6 +272,17 @@ def test_open_loop_the_oracle_finishes_each_arrival_soonest() -> None:
     assert mean == pytest.approx(1.0) and later == pytest.approx(1.0)  # never a queue
     bunched, _ = oracle_open(SERVICE, range(12), [0.0] * 12)
     assert bunched > 1.0
+
+
+def test_the_decision_log_tells_which_requests_were_sent_to_a_busy_instance(
+        tmp_path: Path) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("\n".join(json.dumps({"request_id": rid, "decision": {"queue_ms": q}})
+                             for rid, q in (("r1", 0.0), ("r2", 812.5))) + "\n")
+    run = Run((Served(0, "edit", "ngram", 0.0, 1.0, request_id="r1"),
+               Served(1, "edit", "ngram", 0.5, 2.0, request_id="r2"),
+               Served(2, "chat", "", 0.6, 0.7, error="refused")), cut=False)
+    assert [s.waited for s in with_waits(run, log).served] == [False, True, None]
 
 
 def test_least_connections_takes_the_emptiest_instance_ties_in_turn() -> None:
