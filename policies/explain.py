@@ -71,7 +71,8 @@ def describe_policy(policy: Policy) -> list[str]:
         (
             f"Exploration: Thompson draws of the speedup, followed when their expected regret is"
             f" at most {e.max_regret:.1%} of the best choice's cost (of a typical request's,"
-            " when the answer is expected longer); never to a measured plain instance."
+            " when the answer is expected longer; within the speedup's spread where the config"
+            " was not measured on such requests); never to a measured plain instance."
         ),
     ]
     if any(isinstance(r, PoolRoute) and len(r.choices) > 1 for table in tables

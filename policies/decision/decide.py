@@ -239,8 +239,10 @@ def candidate(
     else:
         median = drawn = t_plain
     work = b.work()
+    spread = speedup.prediction.sd if speedup and speedup.prediction.unlearned else 0.0
     return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
                      waiting=work.requests, thin=model.measured(b.config) < THIN_BELOW,
+                     unlearned_sd=spread,
                      tie_rank=b.tie_rank, contended=b.contended, config=b.config,
                      behind=b.behind)
 

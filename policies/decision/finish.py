@@ -16,7 +16,11 @@ typical one): exploring costs a request at most that share of a typical request'
 happens only where the evidence leaves the choice open. A draw teaches about the config it
 picks: one for a plain instance (no speedup to learn, its pace measured) is not followed.
 Until a config has been measured `THIN_BELOW` times (the startup probe's two requests per
-instance), its mean is the prior's guess and a draw for it is followed anyway.
+instance), its mean is the prior's guess and a draw for it is followed anyway. Where it was
+measured, but not on requests like this one (its spread for this request still most of the
+prior's: `Prediction.unlearned`), the bound is that spread when wider: the evidence cannot
+tell it loses here by more (on the GB10 simulator's chat-heavy mix agent turns were written
+off at 0.955x from the probe, sd 0.155, and never measured: they pay 1.108x).
 
 The cost of a choice is not only this request's finish: a request that comes while it is
 served finds the instance taken. In a FIFO queue that serves one request at a time, the
@@ -157,6 +161,10 @@ class Candidate(NamedTuple):
     tie_rank: int = 0  # among equal costs, the lowest first (BackendState.tie_rank)
     contended: float = 0.0  # the chance of meeting another replica's request (BackendState)
     config: str = ""  # its speculation config ('': its profile)
+    # its speedup's spread for this request while the evidence has barely narrowed it from the
+    # prior's (requests like this one not measured on its config; 0: learned): a draw for it
+    # is followed while its regret is within that spread (`soonest`)
+    unlearned_sd: float = 0.0
     behind: Behind = NOTHING_BEHIND  # what the requests that come while it is taken lose
 
     @property
@@ -221,8 +229,8 @@ def soonest(
     # its pace, once measured, is the best-measured figure there is (so a draw for it is not
     # followed: at 400 tokens two such draws sent stories to plain at 20.6 s each, where n-gram
     # served the stories in 10.8 s on average, and taught nothing about n-gram)
-    if drawn.name != best.name and max_regret > 0 and (
-            drawn.thin or (drawn.speculates and _regret(drawn_mean[0], best_mean[0]) <= max_regret)):
+    if drawn.name != best.name and max_regret > 0 and (drawn.thin or (drawn.speculates and (
+            _regret(drawn_mean[0], best_mean[0]) <= max(max_regret, drawn.unlearned_sd)))):
         return Choice(drawn, True, finish, losses)
     return Choice(best, False, finish, losses)
 

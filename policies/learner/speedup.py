@@ -202,6 +202,11 @@ def prior_weights(prior: MachinePrior, config: str = MTP_CONFIG) -> tuple[Vector
     return mean, var
 
 
+# A prediction whose sd is still this share of its prior sd is unlearned: the evidence about
+# requests like it is worth less than ~3 prior-equivalents (variance down to a quarter at most).
+UNLEARNED_SPREAD: Final = 0.8
+
+
 def normal_cdf(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
@@ -213,6 +218,8 @@ class Prediction(NamedTuple):
     mean: float
     sd: float
     n: int  # observations behind it
+    # its sd from the prior alone (0: not known): what the evidence has narrowed it from
+    prior_sd: float = 0.0
 
     def sample(self, z: float) -> float:
         """The speedup at a standard normal draw `z` (0: the posterior median)."""
@@ -221,6 +228,13 @@ class Prediction(NamedTuple):
     @property
     def speedup(self) -> float:
         return math.exp(self.mean)
+
+    @property
+    def unlearned(self) -> bool:
+        """The evidence has barely narrowed it: its spread is still at least `UNLEARNED_SPREAD`
+        of the prior's for this request (the requests like it were not measured on the config,
+        whatever was measured elsewhere)."""
+        return self.prior_sd > 0 and self.sd >= UNLEARNED_SPREAD * self.prior_sd
 
     @property
     def pays(self) -> float:
@@ -327,7 +341,7 @@ class Posterior:
         w_mean, w_cov, _, _ = self._view(config)
         variance = float(x @ w_cov @ x)
         return Prediction(float(x @ w_mean), math.sqrt(max(variance, 0.0)),
-                          self._n.get(config, 0))
+                          self._n.get(config, 0), self._prior_sd(x, config))
 
     def config_pace(self, x: Vector, config: str) -> Prediction:
         """log(ms per token) of a greedy request with inputs `x` on `config` (the pace less
@@ -354,8 +368,16 @@ class Posterior:
             self._stacks[configs] = stacked
         means = stacked[0] @ x
         variances = (stacked[1] @ x) @ x
-        return [Prediction(float(m), math.sqrt(max(float(v), 0.0)), self._n.get(c, 0))
+        return [Prediction(float(m), math.sqrt(max(float(v), 0.0)), self._n.get(c, 0),
+                           self._prior_sd(x, c))
                 for c, m, v in zip(configs, means, variances, strict=True)]
+
+    def _prior_sd(self, x: Vector, config: str) -> float:
+        """The sd of x . w_c from the prior alone (its weights independent a priori), but for
+        the machine-wide shift: what is the request's own, which measuring other requests
+        on the config (the startup probe's, most of all) does not narrow."""
+        _, var = self.terms.block(config)
+        return math.sqrt(float((x[1:] * x[1:]) @ var[1:-1]))
 
     def pace(self, n: int) -> Prediction:
         """log(ms per token) on a plain instance (`n`: the plain observations behind it)."""

@@ -106,6 +106,23 @@ def test_with_an_idle_instance_elsewhere_the_one_behind_is_priced_at_its_loss_th
         5000.0 + 3000.0 + 0.0 + 3000.0)
 
 
+def test_a_draw_for_a_config_unlearned_on_such_requests_is_followed_within_its_spread() -> None:
+    # the draw makes mtp look faster; at the mean it costs ~5% more, over the 2% bound
+    mtp = _candidate("mtp-0", "mtp", 0.0, 68.0 * 1.05, 0, sampled_ms_per_token=50.0)
+    plain = _candidate("plain-0", "plain", 0.0, 68.0, 0)
+    learned = soonest([mtp, plain], TOKENS, max_regret=0.02)
+    assert learned is not None and learned.candidate.name == "plain-0"
+    # its spread for requests like this one still the prior's (sd 0.15): within it, followed
+    unlearned = soonest([mtp._replace(unlearned_sd=0.15), plain], TOKENS, max_regret=0.02)
+    assert unlearned is not None and unlearned.candidate.name == "mtp-0" and unlearned.explored
+    # a loss wider than its spread is told by the evidence already: not followed
+    narrow = soonest([mtp._replace(unlearned_sd=0.03), plain], TOKENS, max_regret=0.02)
+    assert narrow is not None and narrow.candidate.name == "plain-0"
+    # no exploration at all when the bound is 0
+    off = soonest([mtp._replace(unlearned_sd=0.15), plain], TOKENS, max_regret=0.0)
+    assert off is not None and off.candidate.name == "plain-0"
+
+
 def test_exploration_is_bounded_by_the_regret_in_cost() -> None:
     # the draw makes mtp look faster; following it costs ~2% more (one expected behind on each)
     mtp = _candidate("mtp-0", "mtp", 0.0, 68.0 * 1.02, 1, sampled_ms_per_token=50.0)

@@ -13,7 +13,7 @@ import pytest
 
 from policies.learner.observation import Observation, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather, observe
-from policies.learner.speedup import MTP_CONFIG, Evidence, PriorTerms
+from policies.learner.speedup import MTP_CONFIG, UNLEARNED_SPREAD, Evidence, PriorTerms
 from policies.policyfile.machine import GB10_DS4, NEUTRAL
 from policies.policyfile.schema import Assume
 
@@ -125,3 +125,17 @@ def test_prior_terms_keep_each_configs_block_once() -> None:
     first = terms.block("ngram-simple")
     assert terms.block("ngram-simple") is first
     assert Evidence.empty().n == 0
+
+
+def test_a_config_measured_on_edits_only_is_still_unlearned_on_stories() -> None:
+    # n-gram measured on 10 edits and nothing else: its story speedup is still the prior's
+    # guess shifted by what the edits taught the machine-wide term; the edits' own is learned
+    log = [o for o in _log(10) if o.config != "ngram-simple" or o.cls == "code"]
+    model = RouteModel(NEUTRAL, gather(log, ASSUME))
+    story = model.speedup(_x(STORY, PROSE), "ngram-simple")
+    edit = model.speedup(_x(EDIT, CODE), "ngram-simple")
+    assert story.unlearned and story.sd >= UNLEARNED_SPREAD * story.prior_sd > 0
+    assert not edit.unlearned and edit.sd < UNLEARNED_SPREAD * edit.prior_sd
+    # measured on stories too, it is learned there
+    both = RouteModel(NEUTRAL, gather(_log(10), ASSUME)).speedup(_x(STORY, PROSE), "ngram-simple")
+    assert not both.unlearned and both.prior_sd == pytest.approx(story.prior_sd)
