@@ -32,12 +32,14 @@ the current count standing for the expected number that will come while it is th
 such request loses this one's service time there, or what it loses by going to its next-best
 instance instead, whichever is less: its loss had this instance been taken, as the recent
 decisions measured it (`Behind`: the soonest finish elsewhere less the finish here, 0 for a
-request that finishes as soon elsewhere). With one instance that loss is the whole service (the open-loop
-queue's price); with two configs that differ on a few requests only, a request waiting for the
-instance that serves it 3x faster delays the one after it by that little (bench.arms, 2
-clients over plain and n-gram: a whole service's price kept every edit off a busy n-gram
-instance). When the instance is idle (always, at one client) this is the soonest finish (the
-load is counted in requests: no clock, no machine constant).
+request that finishes as soon elsewhere). As many of them as there are idle instances
+elsewhere can go there; the others wait the whole service (with every instance busy, as in an
+open loop under heavy load, the price is the queue's as before). With two configs that differ
+on a few requests only, a request waiting for the instance that serves it 3x faster delays the
+one after it by that little (on the real plain + n-gram pair's alone times at 2 clients, a
+whole service's price kept edits off a busy n-gram instance where waiting finished sooner).
+When the instance is idle (always, at one client) this is the soonest finish (the load is
+counted in requests: no clock, no machine constant).
 """
 
 from __future__ import annotations

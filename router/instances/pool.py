@@ -85,7 +85,8 @@ class BackendRuntime:
     # ticket -> when it was sent: this replica's requests sent here blind (the instance free as
     # far as it knew, other replicas about), watched for a collision until they end
     blind: dict[int, float] = field(default_factory=dict)
-    # what the recent requests decided here would have lost had this instance been taken
+    # what the recent decisions' requests (wherever they went) would have lost had this
+    # instance been taken
     losses_ms: deque[float] = field(default_factory=lambda: deque(maxlen=BEHIND_WINDOW))
     _behind: Behind | None = None  # `behind()`, until a loss is added
 
