@@ -321,7 +321,8 @@ class Posterior:
         self.mean: Vector = self.cov @ weighted
         self._n = {c: greedy.get(c, _NO_ROWS).n for c in configs}
         self._views: dict[str, tuple[Vector, Vector, float, float]] = {}
-        self._stacks: dict[tuple[str, ...], tuple[Vector, Vector]] = {}
+        self._stacks: dict[tuple[str, ...], tuple[Vector, Vector, Vector]] = {}
+        self._local_vars: dict[str, Vector] = {}
 
     def _view(self, config: str) -> tuple[Vector, Vector, float, float]:
         """A config's weights' mean and covariance, its sampled term's mean and variance."""
@@ -366,20 +367,30 @@ class Posterior:
         stacked = self._stacks.get(configs)
         if stacked is None:
             views = [self._view(c) for c in configs]
-            stacked = (np.stack([v[0] for v in views]), np.stack([v[1] for v in views]))
+            stacked = (np.stack([v[0] for v in views]), np.stack([v[1] for v in views]),
+                       np.stack([self._local_prior_var(c) for c in configs]))
             self._stacks[configs] = stacked
         means = stacked[0] @ x
         variances = (stacked[1] @ x) @ x
+        prior_sds = np.sqrt(stacked[2] @ (x * x))
         return [Prediction(float(m), math.sqrt(max(float(v), 0.0)), self._n.get(c, 0),
-                           self._prior_sd(x, c))
-                for c, m, v in zip(configs, means, variances, strict=True)]
+                           float(p))
+                for c, m, v, p in zip(configs, means, variances, prior_sds, strict=True)]
 
     def _prior_sd(self, x: Vector, config: str) -> float:
-        """The sd of x . w_c from the prior alone (its weights independent a priori), but for
-        the machine-wide shift: what is the request's own, which measuring other requests
-        on the config (the startup probe's, most of all) does not narrow."""
-        _, var = self.terms.block(config)
-        return math.sqrt(float((x[1:] * x[1:]) @ var[1:-1]))
+        return math.sqrt(float(self._local_prior_var(config) @ (x * x)))
+
+    def _local_prior_var(self, config: str) -> Vector:
+        """The prior variances of c's weights, but for the machine-wide shift's (0): x . w_c's
+        prior sd over them is what is the request's own, which measuring other requests on
+        the config (the startup probe's, most of all) does not narrow."""
+        local = self._local_vars.get(config)
+        if local is None:
+            _, var = self.terms.block(config)
+            local = var[:-1].copy()
+            local[0] = 0.0
+            self._local_vars[config] = local
+        return local
 
     def pace(self, n: int) -> Prediction:
         """log(ms per token) on a plain instance (`n`: the plain observations behind it)."""

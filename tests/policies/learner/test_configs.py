@@ -139,3 +139,15 @@ def test_a_config_measured_on_edits_only_is_still_unlearned_on_stories() -> None
     # measured on stories too, it is learned there
     both = RouteModel(NEUTRAL, gather(_log(10), ASSUME)).speedup(_x(STORY, PROSE), "ngram-simple")
     assert not both.unlearned and both.prior_sd == pytest.approx(story.prior_sd)
+
+
+def test_several_configs_at_once_predict_as_each_alone() -> None:
+    model = RouteModel(NEUTRAL, gather([o for o in _log(6) if o.cls == "code"], ASSUME))
+    for x in (_x(EDIT, CODE), _x(STORY, PROSE)):
+        configs = ("draft", "ngram-simple", "never-measured")
+        for together, config in zip(model.speedups(x, configs), configs, strict=True):
+            alone = model.speedup(x, config)
+            assert together.mean == pytest.approx(alone.mean)
+            assert together.sd == pytest.approx(alone.sd)
+            assert together.prior_sd == pytest.approx(alone.prior_sd) and alone.prior_sd > 0
+            assert together.unlearned == alone.unlearned
