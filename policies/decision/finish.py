@@ -119,28 +119,23 @@ def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float],
 class Behind(NamedTuple):
     """What recent requests would have lost had an instance been taken when they came: each
     one's soonest finish elsewhere less its finish there (0: as soon elsewhere; inf: it had no
-    other instance), sorted, with their running sums. A request that holds the instance delays
-    one of them by the lesser of its own service and that loss (the other goes elsewhere)."""
+    other instance), sorted. A request that holds the instance delays one of them by the
+    lesser of its own service and that loss (the other goes elsewhere)."""
 
     losses_ms: tuple[float, ...] = ()  # ascending
-    sums_ms: tuple[float, ...] = (0.0,)  # sums_ms[k]: the sum of the k smallest
 
     @classmethod
     def of(cls, losses_ms: Iterable[float]) -> Behind:
-        ordered = tuple(sorted(losses_ms))
-        sums = [0.0]
-        for loss in ordered:
-            sums.append(sums[-1] + loss)
-        return cls(ordered, tuple(sums))
+        return cls(tuple(sorted(losses_ms)))
 
     def delay_ms(self, service_ms: float) -> float:
         """The mean delay a request served `service_ms` here imposes on one that comes while
         it is: with nothing measured, the whole service (the one behind has to wait)."""
-        count = len(self.losses_ms)
-        if not count:
+        losses = self.losses_ms
+        if not losses:
             return service_ms
-        below = bisect_left(self.losses_ms, service_ms)  # losses under it: only those are lost
-        return (self.sums_ms[below] + service_ms * (count - below)) / count
+        below = bisect_left(losses, service_ms)  # losses under it: only those are lost
+        return (sum(losses[:below]) + service_ms * (len(losses) - below)) / len(losses)
 
 
 NOTHING_BEHIND: Final = Behind()
@@ -192,7 +187,9 @@ class Candidate(NamedTuple):
         cost = self.queue_ms + service + self.contended * service
         if self.waiting:
             elsewhere = min(self.waiting, idle_elsewhere)
-            cost += elsewhere * self.behind.delay_ms(service) + (self.waiting - elsewhere) * service
+            cost += (self.waiting - elsewhere) * service
+            if elsewhere:
+                cost += elsewhere * self.behind.delay_ms(service)
         return cost
 
 
