@@ -813,6 +813,8 @@ async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequen
 def with_waits(run: Run, log: Path) -> Run:
     """`run` with each request's `waited` from the proxy's decision log: whether the instance
     it was sent to had requests on it (the decision's queue ahead)."""
+    if not log.exists():  # the proxy logged nothing (nothing was served): nothing known
+        return run
     queued: dict[str, bool] = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)

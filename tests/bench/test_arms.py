@@ -283,6 +283,7 @@ def test_the_decision_log_tells_which_requests_were_sent_to_a_busy_instance(
                Served(1, "edit", "ngram", 0.5, 2.0, request_id="r2"),
                Served(2, "chat", "", 0.6, 0.7, error="refused")), cut=False)
     assert [s.waited for s in with_waits(run, log).served] == [False, True, None]
+    assert with_waits(run, tmp_path / "none.jsonl") == run  # no log: nothing known
 
 
 def test_least_connections_takes_the_emptiest_instance_ties_in_turn() -> None:
