@@ -120,7 +120,7 @@ def _config_lines(model: RouteModel, config: str) -> list[str]:
         lines.append(
             f"    {cls:<10} {prediction.speedup:6.3f} ± {prediction.sd:.3f}"
             f"  (prior {prior:.3f}); expected reply"
-            f" {model.completion_tokens(cls, 0):.0f} tokens"
+            f" {model.completion_tokens(class_inputs(cls), 0):.0f} tokens"
         )
     sampled = model.sampled_speedup(config)
     prior_sampled = p.sampled_speedup if config == MTP_CONFIG else 1.0

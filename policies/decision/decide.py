@@ -67,8 +67,9 @@ class Decision:
     losses_ms: dict[str, float] = field(default_factory=dict, compare=False)
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
     speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
-    # the route model's inputs the speedups were predicted from (None: none were), packed; not
-    # logged: the record carries them to the learner, which need not build them again
+    # the route model's inputs the speedups and the length were predicted from (None: none
+    # were), packed; not logged: the record carries them to the learner, which need not build
+    # them again
     inputs: array[float] | None = field(default=None, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, object]:
@@ -121,10 +122,10 @@ def place(
     if not eligible and healthy:
         eligible, reason = healthy, f"{reason}+unhealthy_failover"
     configs = {b.config for b in eligible} - {PLAIN_CONFIG}
-    x = request_inputs(features, scores) if configs and _greedy_decoding(policy, features) \
-        else None
-    speedups = predict_speedups(x, model, configs, z)
-    tokens = model.completion_tokens(scores.top_class if scores else "", features.max_tokens)
+    x = request_inputs(features, scores)
+    speedups = predict_speedups(x if _greedy_decoding(policy, features) else None, model,
+                                configs, z)
+    tokens = model.completion_tokens(x, features.max_tokens)
     held = ask.held
     sticky = held if held is not None and policy.stickiness.enabled else None
     candidates = [candidate(b, features, model, speedups.get(b.config), sticky) for b in eligible]
@@ -141,7 +142,7 @@ def place(
         tokens=tokens, speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
-        inputs=None if x is None else array("d", x.tobytes()),
+        inputs=array("d", x.tobytes()),
     )
 
 

@@ -1,6 +1,7 @@
 """What the router predicts per request and instance, learned from the decision log over a
 machine prior: the plain pace, the speedup of an mtp instance for this request, the prefill
-rate, and how many tokens the request will produce. Every term has an uncertainty.
+rate, and how many tokens the request will produce (`policies.learner.length`). Every term
+has an uncertainty.
 
 Pure: observations in, sufficient statistics (`RouteEvidence`, additive, JSON-able) out; a
 `RouteModel` combines them with a `MachinePrior`. No I/O, no clock.
@@ -20,6 +21,7 @@ from typing import Any, Final, Protocol, Self, TypeVar
 
 import numpy as np
 
+from policies.learner.length import LengthModel
 from policies.learner.observation import Observation
 from policies.learner.speedup import (
     MTP_CONFIG,
@@ -58,6 +60,8 @@ class RouteEvidence:
     probes: Mapping[str, int] = field(default_factory=dict)  # config -> startup probes among them
     prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # config -> ms/token
     completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
+    # y = log(completion tokens) over the request's inputs, every served request but the probes'
+    length: Evidence = field(default_factory=Evidence.empty)
     through: str = ""  # timestamp of the newest record included
 
     def merged(self, other: RouteEvidence) -> RouteEvidence:
@@ -69,6 +73,7 @@ class RouteEvidence:
                     for k in sorted({*self.probes, *other.probes})},
             prefill=_merge(self.prefill, other.prefill),
             completion=_merge(self.completion, other.completion),
+            length=self.length.merged(other.length),
             through=max(self.through, other.through),
         )
 
@@ -106,6 +111,7 @@ class RouteEvidence:
             "probes": dict(sorted(self.probes.items())),
             "prefill": scalars(self.prefill),
             "completion": scalars(self.completion),
+            "length": self.length.as_json(),
             "through": self.through,
         }
 
@@ -125,6 +131,8 @@ class RouteEvidence:
             probes={str(k): int(v) for k, v in dict(data.get("probes", {})).items()},
             prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
             completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
+            # sums written before lengths were learned per request: none learned yet
+            length=Evidence.from_json(data["length"]) if "length" in data else Evidence.empty(),
             through=str(data.get("through", "")),
         )
 
@@ -147,35 +155,52 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
     """The evidence in a batch of observations (what `specroute learn` stores)."""
     evidence = RouteEvidence()
     rows: dict[str, list[tuple[Vector, float]]] = {}
+    lengths: list[tuple[Vector, float]] = []
     for o in observations:
         if not o.paced:
             continue
-        if _regression_row(o, assume):
-            rows.setdefault(o.config, []).append(
-                (np.array(o.inputs, dtype=np.float64), math.log(o.ms_per_token)))
+        x = _inputs(o)
+        if x is not None and _regression_row(o, assume):
+            rows.setdefault(o.config, []).append((x, math.log(o.ms_per_token)))
             evidence = replace(evidence, **_others(evidence, o))
         else:
             evidence = add_scalars(evidence, o, assume)
+        if x is not None and _length_row(o):
+            lengths.append((x, math.log(o.completion_tokens)))
     batch = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
-    return replace(evidence, greedy=_merge(evidence.greedy, batch))
+    return replace(evidence, greedy=_merge(evidence.greedy, batch),
+                   length=Evidence.of(lengths))
 
 
 def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     """The evidence with one more observation (what the proxy does as records arrive)."""
     if not o.paced:
         return evidence
-    if _regression_row(o, assume):
-        x = np.array(o.inputs, dtype=np.float64)
+    x = _inputs(o)
+    if x is not None and _length_row(o):
+        evidence = replace(evidence,
+                           length=evidence.length.plus(x, math.log(o.completion_tokens)))
+    if x is not None and _regression_row(o, assume):
         before = evidence.greedy.get(o.config, _NO_ROWS)
         greedy = {**evidence.greedy, o.config: before.plus(x, math.log(o.ms_per_token))}
         return replace(evidence, greedy=greedy, **_others(evidence, o))
     return add_scalars(evidence, o, assume)
 
 
+def _inputs(o: Observation) -> Vector | None:
+    return None if o.inputs is None else np.array(o.inputs, dtype=np.float64)
+
+
+def _length_row(o: Observation) -> bool:
+    """A row of the length regression: a client's request (a startup probe's length is the
+    probe's own max_tokens, not what such requests produce)."""
+    return not o.probe
+
+
 def _regression_row(o: Observation, assume: Assume) -> bool:
-    """A greedy request on a speculating instance, with its inputs: a row of its config's
+    """A greedy request on a speculating instance (with its inputs): a row of its config's
     regression."""
-    return o.config != PLAIN_CONFIG and o.greedy(assume) and o.inputs is not None
+    return o.config != PLAIN_CONFIG and o.greedy(assume)
 
 
 def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
@@ -219,6 +244,7 @@ class RouteModel:
         self.pace = self.posterior.pace(evidence.plain.n)
         self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
         self.typical_tokens = _typical_tokens(prior, evidence)
+        self.length = LengthModel(prior.completion_tokens, evidence.length)
 
     def speedup(self, x: Vector, config: str = MTP_CONFIG) -> Prediction:
         """log-speedup of an instance of `config` over plain for a greedy request, with its
@@ -252,12 +278,10 @@ class RouteModel:
             return self.prior.prefill_ms_per_token
         return _shrunk(data.total, data.n, self.prior.prefill_ms_per_token)
 
-    def completion_tokens(self, cls: str, max_tokens: int) -> float:
-        """Expected completion tokens: the class's mean over the log (shrunk toward the prior),
-        capped by the request's max_tokens."""
-        data = self.evidence.completion.get(cls, _NO_DATA)
-        mean = _shrunk(data.total, data.n, self.prior.completion_tokens)
-        return float(min(mean, max_tokens)) if max_tokens > 0 else mean
+    def completion_tokens(self, x: Vector, max_tokens: int) -> float:
+        """Expected completion tokens of a request with inputs `x`, capped by its max_tokens
+        (0: none): the length regression's (`policies.learner.length`)."""
+        return self.length.expected(x, max_tokens)
 
 
 def _typical_tokens(prior: MachinePrior, evidence: RouteEvidence) -> float:

@@ -12,6 +12,7 @@ from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision, decide, failover_order
+from policies.decision.decide import request_inputs as decision_inputs
 from policies.decision.finish import THIN_BELOW, InFlight, normal_draw
 from policies.decision.pins import RequestContext
 from policies.decision.sessions import Held
@@ -191,9 +192,9 @@ def test_a_draw_on_an_answer_longer_than_a_typical_one_has_a_tighter_bound() -> 
     policy = POLICY.model_copy(update={"exploration": Exploration(max_regret=0.06)})
     alike = _gb10(("prose", "agent"))
     longer = _gb10(("prose", "agent"), tokens={"agent": 20})
-    tokens = longer.completion_tokens("prose", 0)
-    assert tokens > 1.5 * longer.typical_tokens
     ask = Ask(replace(FEATURES, max_tokens=0), _scores("prose"))  # as long as the class's
+    tokens = longer.completion_tokens(decision_inputs(ask.features, ask.scores), 0)
+    assert tokens > 1.5 * longer.typical_tokens
     assert _explored_share(ask, State(policy, alike, IDLE)) == 1.0
     median = decide(ask, State(policy, longer, IDLE), z=0.0)
     regret = median.finish_ms["mtp-0"] / median.finish_ms["plain-0"] - 1.0
@@ -245,7 +246,9 @@ def test_the_decision_priced_the_inputs_the_learner_reads_from_its_record() -> N
     assert list(d.inputs) == list(request_inputs(logged["features"], logged["scores"]["scores"]))
     sampled = decide(Ask(replace(FEATURES, temperature=0.7, greedy=False), scores),
                      State(POLICY, GB10, IDLE))
-    assert sampled.inputs is None  # a sampled request's speedup reads no input
+    # a sampled request's speedup reads no input, its length does: the learner reads them too
+    assert sampled.inputs is not None
+    assert list(sampled.inputs) == list(d.inputs)
 
 
 def test_failover_order_puts_the_choice_first_then_healthy_same_profile() -> None:

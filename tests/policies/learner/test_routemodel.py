@@ -13,7 +13,7 @@ import pytest
 from policies.decision.finish import InFlight, queued_ms
 from policies.learner.observation import Observation, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather, observe
-from policies.learner.speedup import INPUTS, PriorTerms
+from policies.learner.speedup import INPUTS, PriorTerms, class_inputs
 from policies.policyfile.machine import GB10_DS4, LOCAL_PAIR, NEUTRAL, MachinePrior, PriorFile
 from policies.policyfile.schema import Assume
 from tests.policies import synthetic
@@ -66,6 +66,8 @@ def test_online_updates_equal_the_batch_sums_and_survive_json() -> None:
     assert np.allclose(online.greedy_of("mtp").xty, batch.greedy_of("mtp").xty)
     assert online.plain == batch.plain and online.through == batch.through
     assert online.completion == batch.completion and online.prefill == batch.prefill
+    assert online.length.n == batch.length.n == len(observations)
+    assert np.allclose(online.length.xty, batch.length.xty)
     halves = gather(observations[:100], ASSUME).merged(gather(observations[100:], ASSUME))
     assert np.allclose(halves.greedy_of("mtp").xtx, batch.greedy_of("mtp").xtx)
     back = RouteEvidence.from_json(json.loads(json.dumps(batch.as_json())))
@@ -83,8 +85,8 @@ def test_the_plain_step_prefill_and_reply_length_are_learned_over_the_prior() ->
     assert model.t_plain_ms == pytest.approx(68.0, rel=0.02)  # the GB10's, not the CPU prior's
     # 0.5 ms/token measured, the prior's 5.0 worth three requests; the queued ones skipped
     assert 0.5 < model.prefill_ms_per_token("plain") < 0.7
-    assert model.completion_tokens("agent", 0) == pytest.approx(120, rel=0.05)
-    assert model.completion_tokens("agent", 64) == 64
+    assert model.completion_tokens(class_inputs("agent"), 0) == pytest.approx(120, rel=0.05)
+    assert model.completion_tokens(class_inputs("agent"), 64) == 64
     # a typical request over every class: 120 tokens, the prior's worth three requests
     assert model.typical_tokens == pytest.approx(
         (250 * 120 + 3 * LOCAL_PAIR.completion_tokens) / 253)
