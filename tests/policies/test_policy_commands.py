@@ -89,6 +89,7 @@ def test_learn_writes_state_next_to_the_policy_and_explain_shows_it(
     assert state.evidence.plain.n == sum(o.profile == "plain" for o in observations)
     printed = capsys.readouterr().out
     assert "Route model: prior gb10-ds4" in printed and "Per-class evidence" in printed
+    assert "reply length: a regression over the request's inputs, from 400 requests" in printed
 
     request = tmp_path / "request.json"
     request.write_text(json.dumps({
