@@ -162,3 +162,24 @@ def test_the_arms_sums_online_equal_one_pass_over_the_same_records(tmp_path: Pat
     observations = [o for o in map(observation_from_record, records) if o is not None]
     assert online.arms == learn(observations).arms
     assert online.arms.stats["code/*"]["mtp"].n == 6
+
+
+def test_the_records_teach_each_request_its_own_reply_length(tmp_path: Path) -> None:
+    # one class, two lengths: questions of 20 tokens and edits returning a quoted module (220)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(DEFAULT_POLICY).read_text(), encoding="utf-8")
+    online = OnlineModel(PolicyStore(policy))
+    question = {"temperature": 0.0, "thinking_unset": True, "prompt_tokens": 15, "n_messages": 1}
+    edit = {**question, "prompt_tokens": 300, "code_fences": 1, "quoted_code_share": 0.9,
+            "quoted_chars": 900, "edit_verb": True, "reemit_format": True}
+    for i in range(16):
+        features, tokens = (edit, 220) if i % 2 else (question, 20)
+        base = _record(i, "plain", 14.7)
+        online.write_record(replace(base, features=features,
+                                    outcome=replace(base.outcome, completion_tokens=tokens)))
+    model = online.model
+    assert model.evidence.length.n == 16
+    scores = {"code": 1.0}
+    asked = model.completion_tokens(np.array(request_inputs(question, scores)), 0)
+    quoted = model.completion_tokens(np.array(request_inputs(edit, scores)), 0)
+    assert asked == pytest.approx(20, rel=0.4) and quoted == pytest.approx(220, rel=0.25)
