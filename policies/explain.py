@@ -103,7 +103,7 @@ def describe_model(model: RouteModel, configs: Iterable[str] = ()) -> list[str]:
         + (f" (through {e.through})" if e.through else ""),
         *(_pace_line(pace, p) for pace in measured),
         f"  prefill ms per uncached token: {prefill} (prior {p.prefill_ms_per_token:g})",
-        (f"  reply length: a regression over the request's inputs, from {e.length.n} requests"
+        (f"  reply length: a regression over the request's inputs, from {sum(v.n for v in e.length.values())} requests"
          f" (probes aside), each within x{math.exp(math.sqrt(model.length.noise_var)):.2f} of"
          f" its prediction at one sd (prior {p.completion_tokens:g} tokens)"),
     ]

@@ -60,8 +60,9 @@ class RouteEvidence:
     probes: Mapping[str, int] = field(default_factory=dict)  # config -> startup probes among them
     prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # config -> ms/token
     completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
-    # y = log(completion tokens) over the request's inputs, every served request but the probes'
-    length: Evidence = field(default_factory=Evidence.empty)
+    # class -> y = log(completion tokens) over the request's inputs, every served request but
+    # the probes' (one regression over them all; per class, its residual spread)
+    length: Mapping[str, Evidence] = field(default_factory=dict)
     through: str = ""  # timestamp of the newest record included
 
     def merged(self, other: RouteEvidence) -> RouteEvidence:
@@ -73,7 +74,7 @@ class RouteEvidence:
                     for k in sorted({*self.probes, *other.probes})},
             prefill=_merge(self.prefill, other.prefill),
             completion=_merge(self.completion, other.completion),
-            length=self.length.merged(other.length),
+            length=_merge(self.length, other.length),
             through=max(self.through, other.through),
         )
 
@@ -111,7 +112,7 @@ class RouteEvidence:
             "probes": dict(sorted(self.probes.items())),
             "prefill": scalars(self.prefill),
             "completion": scalars(self.completion),
-            "length": self.length.as_json(),
+            "length": {k: v.as_json() for k, v in sorted(self.length.items())},
             "through": self.through,
         }
 
@@ -132,7 +133,7 @@ class RouteEvidence:
             prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
             completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
             # sums written before lengths were learned per request: none learned yet
-            length=Evidence.from_json(data["length"]) if "length" in data else Evidence.empty(),
+            length={str(k): Evidence.from_json(v) for k, v in dict(data.get("length", {})).items()},
             through=str(data.get("through", "")),
         )
 
@@ -155,7 +156,7 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
     """The evidence in a batch of observations (what `specroute learn` stores)."""
     evidence = RouteEvidence()
     rows: dict[str, list[tuple[Vector, float]]] = {}
-    lengths: list[tuple[Vector, float]] = []
+    lengths: dict[str, list[tuple[Vector, float]]] = {}
     for o in observations:
         if not o.paced:
             continue
@@ -166,10 +167,10 @@ def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence
         else:
             evidence = add_scalars(evidence, o, assume)
         if x is not None and _length_row(o):
-            lengths.append((x, math.log(o.completion_tokens)))
+            lengths.setdefault(o.cls, []).append((x, math.log(o.completion_tokens)))
     batch = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
     return replace(evidence, greedy=_merge(evidence.greedy, batch),
-                   length=Evidence.of(lengths))
+                   length={cls: Evidence.of(rows) for cls, rows in lengths.items()})
 
 
 def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
@@ -178,8 +179,9 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
         return evidence
     x = _inputs(o)
     if x is not None and _length_row(o):
-        evidence = replace(evidence,
-                           length=evidence.length.plus(x, math.log(o.completion_tokens)))
+        before = evidence.length.get(o.cls, _NO_ROWS)
+        length = {**evidence.length, o.cls: before.plus(x, math.log(o.completion_tokens))}
+        evidence = replace(evidence, length=length)
     if x is not None and _regression_row(o, assume):
         before = evidence.greedy.get(o.config, _NO_ROWS)
         greedy = {**evidence.greedy, o.config: before.plus(x, math.log(o.ms_per_token))}

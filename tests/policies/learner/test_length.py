@@ -10,10 +10,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from classifiers.scores import CLASSES
 from policies.learner.length import NOISE_SD, LengthModel
 from policies.learner.observation import Observation, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, gather, observe
-from policies.learner.speedup import Evidence
 from policies.policyfile.machine import NEUTRAL
 from policies.policyfile.schema import Assume
 
@@ -29,9 +29,10 @@ def _x(features: dict[str, object]) -> np.ndarray:
     return np.array(request_inputs(features, CODE))
 
 
-def _served(features: dict[str, object], tokens: int, i: int, probe: bool = False) -> Observation:
-    return Observation("code", "en", 0.5, "plain", tokens, 15.0, inputs=request_inputs(
-        features, CODE), ts=f"t{i:05d}", probe=probe)
+def _served(features: dict[str, object], tokens: int, i: int, probe: bool = False,
+            cls: str = "code", scores: dict[str, float] = CODE) -> Observation:
+    return Observation(cls, "en", 0.5, "plain", tokens, 15.0, inputs=request_inputs(
+        features, scores), ts=f"t{i:05d}", probe=probe)
 
 
 def _mixed(n: int, seed: int) -> list[Observation]:
@@ -75,11 +76,30 @@ def test_a_wide_spread_of_lengths_is_priced_at_their_mean_not_their_median() -> 
     assert model.length.noise_var == pytest.approx(1.0, rel=0.25)
 
 
+def test_each_class_has_its_own_spread() -> None:
+    # edits (code) return their quote within a few percent; stories (prose) run 14 to 400
+    # tokens: one spread for both would inflate the edits and understate the stories' mean
+    rng = random.Random(6)
+    prose = {"prose": 0.95, "chat": 0.05}
+    edits = [_served(EDIT, round(220 * math.exp(rng.gauss(0, 0.05))), i) for i in range(30)]
+    stories = [max(2, round(80 * math.exp(rng.gauss(0, 1.3)))) for _ in range(30)]
+    told = [_served(QUESTION, t, 100 + i, cls="prose", scores=prose)
+            for i, t in enumerate(stories)]
+    model = RouteModel(NEUTRAL, gather(edits + told, ASSUME))
+    code_var, prose_var = (model.length.class_var[CLASSES.index(c)] for c in ("code", "prose"))
+    assert code_var < 0.2 and prose_var > 0.6
+    edit = model.completion_tokens(_x(EDIT), 0)
+    story = model.completion_tokens(np.array(request_inputs(QUESTION, prose)), 0)
+    assert edit == pytest.approx(220, rel=0.15)
+    assert story == pytest.approx(sum(stories) / len(stories), rel=0.35)
+    assert story > 1.5 * sorted(stories)[len(stories) // 2]
+
+
 def test_the_startup_probes_lengths_are_not_learned() -> None:
     # a probe stops at its own max_tokens: that says nothing of what such requests produce
     probes = [_served(EDIT, 64, i, probe=True) for i in range(6)]
     evidence = gather(probes, ASSUME)
-    assert evidence.length.n == 0
+    assert evidence.length == {}
     assert RouteModel(NEUTRAL, evidence).completion_tokens(_x(EDIT), 0) == pytest.approx(
         NEUTRAL.completion_tokens)
 
@@ -92,21 +112,23 @@ def test_the_sums_add_up_across_replicas_and_survive_json() -> None:
     halves = gather(log[:11], ASSUME).merged(gather(log[11:], ASSUME))
     whole = gather(log, ASSUME)
     for evidence in (online, halves):
-        assert evidence.length.n == whole.length.n == 30
-        assert np.allclose(evidence.length.xtx, whole.length.xtx)
-        assert evidence.length.yy == pytest.approx(whole.length.yy)
+        assert evidence.length["code"].n == whole.length["code"].n == 30
+        assert np.allclose(evidence.length["code"].xtx, whole.length["code"].xtx)
+        assert evidence.length["code"].yy == pytest.approx(whole.length["code"].yy)
     back = RouteEvidence.from_json(json.loads(json.dumps(whole.as_json())))
     assert back.length == whole.length
     # sums written before lengths were learned per request load with none learned
     old = {k: v for k, v in whole.as_json().items() if k != "length"}
-    assert RouteEvidence.from_json(old).length == Evidence.empty()
+    assert RouteEvidence.from_json(old).length == {}
 
 
 def test_a_wild_extrapolation_stays_finite() -> None:
     model = LengthModel(256.0, gather(_mixed(20, seed=4), ASSUME).length)
     far = _x(EDIT) * 1e4
     assert math.isfinite(model.expected(far, 0)) and model.expected(far, 4096) <= 4096
-    assert LengthModel(256.0, Evidence.empty()).noise_var == pytest.approx(NOISE_SD**2)
+    cold = LengthModel(256.0, {})
+    assert cold.noise_var == pytest.approx(NOISE_SD**2)
+    assert np.allclose(cold.class_var, NOISE_SD**2)
 
 
 def test_plain_and_speculating_instances_teach_the_same_length() -> None:

@@ -66,8 +66,10 @@ def test_online_updates_equal_the_batch_sums_and_survive_json() -> None:
     assert np.allclose(online.greedy_of("mtp").xty, batch.greedy_of("mtp").xty)
     assert online.plain == batch.plain and online.through == batch.through
     assert online.completion == batch.completion and online.prefill == batch.prefill
-    assert online.length.n == batch.length.n == len(observations)
-    assert np.allclose(online.length.xty, batch.length.xty)
+    assert online.length.keys() == batch.length.keys()
+    assert sum(e.n for e in batch.length.values()) == len(observations)
+    for cls, sums in batch.length.items():
+        assert online.length[cls].n == sums.n and np.allclose(online.length[cls].xty, sums.xty)
     halves = gather(observations[:100], ASSUME).merged(gather(observations[100:], ASSUME))
     assert np.allclose(halves.greedy_of("mtp").xtx, batch.greedy_of("mtp").xtx)
     back = RouteEvidence.from_json(json.loads(json.dumps(batch.as_json())))

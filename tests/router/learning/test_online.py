@@ -178,7 +178,7 @@ def test_the_records_teach_each_request_its_own_reply_length(tmp_path: Path) -> 
         online.write_record(replace(base, features=features,
                                     outcome=replace(base.outcome, completion_tokens=tokens)))
     model = online.model
-    assert model.evidence.length.n == 16
+    assert model.evidence.length["code"].n == 16
     scores = {"code": 1.0}
     asked = model.completion_tokens(np.array(request_inputs(question, scores)), 0)
     quoted = model.completion_tokens(np.array(request_inputs(edit, scores)), 0)
