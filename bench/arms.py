@@ -95,6 +95,7 @@ from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.machines import POLICY_PATH
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+from decisionlog.readers import iter_log_records
 from router.app import create_app
 from router.config import Config, LearnConfig, LoadConfig, LogConfig
 from router.serve import configure_logging, start_site
@@ -815,10 +816,8 @@ def with_waits(run: Run, log: Path) -> Run:
     it was sent to had requests on it (the decision's queue ahead)."""
     if not log.exists():  # the proxy logged nothing (nothing was served): nothing known
         return run
-    queued: dict[str, bool] = {}
-    for line in log.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        queued[record["request_id"]] = record["decision"].get("queue_ms", 0.0) > 0.0
+    queued = {record.request_id: (record.decision.get("queue_ms") or 0.0) > 0.0
+              for record in iter_log_records([log])}
     served = tuple(replace(s, waited=queued.get(s.request_id)) for s in run.served)
     return Run(served, run.cut)
 

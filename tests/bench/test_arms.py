@@ -38,6 +38,7 @@ from bench.arms import (
     with_waits,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+from decisionlog.records import Outcome, RouteRecord, to_json
 from router.serve import start_site
 
 
@@ -277,8 +278,11 @@ def test_open_loop_the_oracle_finishes_each_arrival_soonest() -> None:
 def test_the_decision_log_tells_which_requests_were_sent_to_a_busy_instance(
         tmp_path: Path) -> None:
     log = tmp_path / "decisions.jsonl"
-    log.write_text("\n".join(json.dumps({"request_id": rid, "decision": {"queue_ms": q}})
-                             for rid, q in (("r1", 0.0), ("r2", 812.5))) + "\n")
+    log.write_text("".join(to_json(RouteRecord(
+        ts="2026-12-05T00:00:00.000Z", request_id=rid, endpoint="chat", model="m", stream=False,
+        conversation="", features={}, classifier={}, decision={"queue_ms": q},
+        outcome=Outcome(status=200), overhead_ms=0.1)) + "\n"
+        for rid, q in (("r1", 0.0), ("r2", 812.5))))
     run = Run((Served(0, "edit", "ngram", 0.0, 1.0, request_id="r1"),
                Served(1, "edit", "ngram", 0.5, 2.0, request_id="r2"),
                Served(2, "chat", "", 0.6, 0.7, error="refused")), cut=False)
