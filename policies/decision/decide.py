@@ -54,6 +54,10 @@ class Decision:
     service_ms: float = 0.0  # predicted prefill + decode on the chosen instance
     queue_ms: float = 0.0  # predicted work queued ahead of it there
     tokens: float = 0.0  # expected completion tokens
+    tokens_sd: float = 0.0  # sd of their log (0: not predicted): how far they may stray
+    # predicted prefill + decode there at the request's max_tokens (0: no cap): with
+    # `tokens_sd`, what the pool prices its time left by once it runs (finish.time_left)
+    most_ms: float = field(default=0.0, compare=False)
     # predicted speedup for this request of the chosen instance's speculation config (of the
     # likeliest to pay among the candidates' when a plain instance was chosen)
     speedup: float | None = None
@@ -82,6 +86,7 @@ class Decision:
             "service_ms": round(self.service_ms, 1),
             "queue_ms": round(self.queue_ms, 1),
             "tokens": round(self.tokens, 1),
+            "tokens_sd": round(self.tokens_sd, 3),
             "speedup": None if self.speedup is None else round(self.speedup, 4),
             "speedup_sd": None if self.speedup_sd is None else round(self.speedup_sd, 4),
             "p_spec": None if self.p_spec is None else round(self.p_spec, 4),
@@ -139,7 +144,9 @@ def place(
     return Decision(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
         explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
-        tokens=tokens, speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
+        tokens=tokens, tokens_sd=model.completion_spread(x),
+        most_ms=chosen.service_ms(features.max_tokens) if features.max_tokens > 0 else 0.0,
+        speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
         inputs=array("d", x.tobytes()),

@@ -46,7 +46,7 @@ NOISE_PRIOR_WEIGHT: Final = 3.0
 class LengthModel:
     """The posterior of the length regression's weights and each class's residual spread."""
 
-    __slots__ = ("class_var", "noise_var", "weights")
+    __slots__ = ("class_var", "covariance", "noise_var", "weights")
 
     def __init__(self, typical_tokens: float, by_class: Mapping[str, Evidence]) -> None:
         d = len(INPUTS)
@@ -61,7 +61,8 @@ class LengthModel:
         noise = NOISE_SD**2
         precision = np.diag(1.0 / prior_var) + evidence.xtx / noise
         weighted = prior_mean / prior_var + evidence.xty / noise
-        self.weights: Vector = np.linalg.solve(precision, weighted)
+        self.covariance: np.ndarray = np.linalg.inv(precision)  # of the weights
+        self.weights: Vector = self.covariance @ weighted
         self.noise_var = _shrunk_var(self.weights, evidence, NOISE_SD**2)
         # in the order of the class probabilities among the inputs
         self.class_var: Vector = np.array([
@@ -73,6 +74,14 @@ class LengthModel:
         spread = float(x[_CLASS_SLICE] @ self.class_var)
         mean = math.exp(min(float(x @ self.weights) + spread / 2, _MAX_LOG_TOKENS))
         return float(min(mean, max_tokens)) if max_tokens > 0 else mean
+
+    def spread(self, x: Vector) -> float:
+        """How far the request's length may stray from `expected`: the sd of its log, its
+        class's residual spread and the weights' own uncertainty at its inputs (a request
+        unlike any logged one is known less well). What a busy instance has left is priced
+        from it (`policies.decision.finish.time_left`); the mean leaves the weights'
+        uncertainty out, which cold would multiply every length by 3-10."""
+        return math.sqrt(float(x[_CLASS_SLICE] @ self.class_var) + float(x @ self.covariance @ x))
 
 
 def _shrunk_var(weights: Vector, evidence: Evidence, toward: float) -> float:

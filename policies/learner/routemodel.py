@@ -285,6 +285,10 @@ class RouteModel:
         (0: none): the length regression's (`policies.learner.length`)."""
         return self.length.expected(x, max_tokens)
 
+    def completion_spread(self, x: Vector) -> float:
+        """The sd of the log of that request's completion length (`LengthModel.spread`)."""
+        return self.length.spread(x)
+
 
 def _typical_tokens(prior: MachinePrior, evidence: RouteEvidence) -> float:
     """Completion tokens of a typical request: the mean over every class in the log, shrunk

@@ -190,7 +190,8 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
     assert set(data) >= {"ts", "request_id", "endpoint", "model", "stream", "conversation",
                          "features", "classifier", "decision", "outcome", "overhead_ms"}
     assert set(data["decision"]) == {"profile", "backend", "reason", "rule", "explored",
-                                     "service_ms", "queue_ms", "tokens", "speedup", "speedup_sd",
+                                     "service_ms", "queue_ms", "tokens", "tokens_sd", "speedup",
+                                     "speedup_sd",
                                      "p_spec",
                                      "finish_ms", "pool", "arm", "config", "speedups"}
     assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from classifiers.features import Features
@@ -235,6 +236,16 @@ def test_the_record_carries_the_prediction() -> None:
     assert record["backend"] == "mtp-0" and record["queue_ms"] == 0.0
     assert record["tokens"] == 64.0  # max_tokens caps the expected reply
     assert set(record["finish_ms"]) == {"mtp-0", "plain-0"}  # type: ignore[arg-type]
+    # how far the reply's length may stray, and its time there at max_tokens: what the pool
+    # prices its time left by while it runs
+    assert record["tokens_sd"] == round(GB10.completion_spread(np.array(d.inputs)), 3) > 0.0
+    assert d.most_ms == pytest.approx(d.service_ms)  # the expected reply is max_tokens here
+    longer = decide(Ask(replace(FEATURES, max_tokens=4096), _scores("agent")),
+                    State(POLICY, GB10, IDLE))
+    assert longer.most_ms > longer.service_ms
+    unbounded = decide(Ask(replace(FEATURES, max_tokens=0), _scores("agent")),
+                       State(POLICY, GB10, IDLE))
+    assert unbounded.most_ms == 0.0  # no cap
 
 
 def test_the_decision_priced_the_inputs_the_learner_reads_from_its_record() -> None:

@@ -95,6 +95,30 @@ def test_each_class_has_its_own_spread() -> None:
     assert story > 1.5 * sorted(stories)[len(stories) // 2]
 
 
+def test_the_spread_is_the_class_s_and_the_weights_uncertainty_at_the_request() -> None:
+    # what a busy instance has left is priced from it (finish.time_left)
+    rng = random.Random(6)
+    prose = {"prose": 0.95, "chat": 0.05}
+    edits = [_served(EDIT, round(220 * math.exp(rng.gauss(0, 0.05))), i) for i in range(30)]
+    stories = [_served(QUESTION, max(2, round(80 * math.exp(rng.gauss(0, 1.3)))), 100 + i,
+                       cls="prose", scores=prose) for i in range(30)]
+    cold = RouteModel(NEUTRAL, RouteEvidence())
+    model = RouteModel(NEUTRAL, gather(edits + stories, ASSUME))
+    edit, story = _x(EDIT), np.array(request_inputs(QUESTION, prose))
+    # cold, nothing is known: wider than the noise alone
+    assert cold.completion_spread(edit) > NOISE_SD
+    # learned: an edit within a few percent (its class's spread, little of the weights'), a
+    # story about its class's 1.3
+    assert model.completion_spread(edit) < 0.45
+    assert model.completion_spread(story) > 1.0
+    assert model.completion_spread(story) == pytest.approx(1.3, rel=0.25)
+    assert model.completion_spread(edit) < cold.completion_spread(edit)
+    # a request unlike any logged one (a huge prompt of casual chat) is known less well
+    unlike = np.array(request_inputs({"n_messages": 9, "prompt_tokens": 6000,
+                                      "casual_word_share": 0.9}, {"chat": 1.0}))
+    assert model.completion_spread(unlike) > model.completion_spread(story)
+
+
 def test_the_startup_probes_lengths_are_not_learned() -> None:
     # a probe stops at its own max_tokens: that says nothing of what such requests produce
     probes = [_served(EDIT, 64, i, probe=True) for i in range(6)]
