@@ -60,7 +60,7 @@ from classifiers.scorer import Scorer
 from classifiers.scores import Scores
 from fileio.yamlfile import load_model
 from policies.decision.ask import Ask, State
-from policies.decision.decide import decide
+from policies.decision.decide import Decision, decide
 from policies.learner.learned import predicted_speedup
 from policies.learner.observation import Observation, observation_from_record, request_inputs
 from policies.learner.routemodel import RouteEvidence, RouteModel, observe
@@ -157,8 +157,8 @@ class Router:
 
     name = "router"
 
-    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
-        """(instance, predicted service ms for the in-flight tracker)."""
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, Decision | None]:
+        """(instance, the decision the in-flight tracker prices it by; None: not predicted)."""
         raise NotImplementedError
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
@@ -172,10 +172,10 @@ class LeastConn(Router):
     def __init__(self) -> None:
         self._turn = itertools.count()
 
-    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, Decision | None]:
         fewest = min(sim.inflight.values())
         tied = [n for n, _ in sim.instances if sim.inflight[n] == fewest]
-        return tied[next(self._turn) % len(tied)], 0.0
+        return tied[next(self._turn) % len(tied)], None
 
 
 class Oracle(Router):
@@ -183,12 +183,12 @@ class Oracle(Router):
 
     name = "oracle"
 
-    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, Decision | None]:
         def finish(name: str, profile: str) -> float:
             return max(now_ms, sim.free_at[name]) + item.arms[profile].ms
 
         name = min(sim.instances, key=lambda i: (finish(*i), i[1] != "plain", i[0]))[0]
-        return name, 0.0
+        return name, None
 
 
 class PerClass(Router):
@@ -199,10 +199,10 @@ class PerClass(Router):
     def __init__(self, best: dict[str, str]) -> None:
         self._best = best
 
-    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, Decision | None]:
         want = self._best[item.request.cls]
         pool = [n for n, p in sim.instances if p == want] or [n for n, _ in sim.instances]
-        return min(pool, key=lambda n: (sim.inflight[n], n)), 0.0
+        return min(pool, key=lambda n: (sim.inflight[n], n)), None
 
 
 class Specroute(Router):
@@ -225,7 +225,7 @@ class Specroute(Router):
         self._clock = 0
         self.routed: list[str] = []  # the profile of each request, in arrival order
 
-    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, float]:
+    def route(self, item: Item, now_ms: float, sim: Simulation) -> tuple[str, Decision | None]:
         states = sim.pool.states(now_ms / 1000.0)
         z = self._normal.inv_cdf(min(max(self._rng.random(), 1e-9), 1 - 1e-9))
         d = decide(Ask(item.features, item.scores), State(self.policy, self.model, states), z=z)
@@ -235,7 +235,7 @@ class Specroute(Router):
         self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec)
         self.routed.append(d.profile)
         sim.pool.note_losses(d.losses_ms)  # as the proxy does when it sends the request
-        return d.backend, d.service_ms
+        return d.backend, d
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
                  queued: bool) -> None:
@@ -328,7 +328,7 @@ def simulate(
                 next_item += 1
             continue
         arrived[index] = now
-        name, predicted = router.route(item, now, sim)
+        name, decided = router.route(item, now, sim)
         profile = profile_of[name]
         arm = item.arms[profile]
         started = max(now, sim.free_at[name])
@@ -336,7 +336,9 @@ def simulate(
         sim.free_at[name] = finished
         sim.busy_ms[name] += arm.ms
         sim.inflight[name] += 1
-        ticket = sim.pool.begin(name, predicted, now / 1000.0)
+        ticket = (sim.pool.begin(name, now=now / 1000.0) if decided is None else
+                  sim.pool.begin(name, decided.service_ms, now / 1000.0,
+                                 spread=decided.tokens_sd, most_ms=decided.most_ms))
         tickets[index] = (name, ticket, started, started > now)
         tokens += arm.tokens
         to_mtp += profile == "mtp"

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.decide import Decision
-from policies.decision.finish import IDLE_QUEUE, NOTHING_BEHIND, Behind, Queued, queued_work
+from policies.decision.finish import (
+    IDLE_QUEUE,
+    NOTHING_BEHIND,
+    Behind,
+    Queued,
+    Running,
+    queued_work,
+)
 from policies.decision.pins import RequestContext
 from policies.decision.route import Routed, decide_route
 from policies.decision.sessions import Held, SessionTable, conversation_key
@@ -66,6 +73,7 @@ __all__ = [
     "RouteEvidence",
     "RouteModel",
     "Routed",
+    "Running",
     "ScalarEvidence",
     "SessionTable",
     "SharedSumsError",

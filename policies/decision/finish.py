@@ -52,8 +52,9 @@ from operator import itemgetter
 from statistics import NormalDist
 from typing import Final, NamedTuple
 
-# An in-flight request that has run past its predicted time is taken to need at least this
-# share of its prediction more (it is busy, not done).
+# An in-flight request whose length's spread is not known (another replica's of an older
+# release, a bypasser priced at the typical request) that has run past its predicted time is
+# taken to need at least this share of its prediction more (it is busy, not done).
 OVERRUN_SHARE: Final = 0.2
 # A config measured fewer times than this is thin: its predicted pace is mostly the
 # prior's, so the regret bound (computed from it) does not stop a draw from measuring it.
@@ -70,8 +71,20 @@ class InFlight(NamedTuple):
     tuple: every decision builds one per request in flight, ~4x cheaper than a frozen
     dataclass)."""
 
-    predicted_ms: float  # predicted prefill + decode time when it was routed
+    predicted_ms: float  # predicted prefill + decode time when it was routed (its mean)
     elapsed_ms: float  # since it was sent
+    spread: float = 0.0  # sd of the log of its length (`time_left`; 0: not known)
+    most_ms: float = 0.0  # its time at its max_tokens (0: no cap)
+
+
+class Running(NamedTuple):
+    """One request in flight as the proxy's pool keeps it: `InFlight` with the time it was
+    sent (the pool's clock) rather than the time since."""
+
+    predicted_ms: float
+    sent: float
+    spread: float = 0.0
+    most_ms: float = 0.0
 
 
 class Queued(NamedTuple):
@@ -87,33 +100,71 @@ IDLE_QUEUE: Final = Queued(0, 0.0)
 
 def queued_ms(inflight: Sequence[InFlight]) -> float:
     """Work ahead on an instance that serves one request at a time, oldest first: what is left
-    of the oldest request, then the whole predicted time of the others."""
-    return _work_ahead([f.predicted_ms for f in inflight], [f.elapsed_ms for f in inflight])
+    of the oldest request (`time_left`), then the whole predicted time of the others."""
+    return _work_ahead(inflight, [f.elapsed_ms for f in inflight])
 
 
-def queued_work(running: Collection[tuple[float, float]], now: float,
+def queued_work(running: Collection[Running], now: float,
                 freed_at: float = -math.inf) -> Queued:
-    """`queued_ms` of the requests in flight given as (predicted ms, sent at), as the proxy's
-    pool keeps them (no `InFlight` per request: a decision under load reads every queue).
-    `freed_at`: when a request here last ended. The oldest request has been served only since
-    then, or since it was sent: the time it waited behind the one that ended is not service
-    (counted as service, a request that just started after a long wait looked nearly done)."""
+    """`queued_ms` of the requests in flight as the proxy's pool keeps them (no `InFlight` per
+    request: a decision under load reads every queue). `freed_at`: when a request here last
+    ended. The oldest request has been served only since then, or since it was sent: the time
+    it waited behind the one that ended is not service (counted as service, a request that
+    just started after a long wait looked nearly done)."""
     if not running:  # an idle instance: most of them, at most loads
         return IDLE_QUEUE
-    predicted = [ms for ms, _ in running]
-    elapsed = [(now - sent) * 1000.0 if now > sent else 0.0 for _, sent in running]
+    ordered = list(running)
+    elapsed = [(now - r.sent) * 1000.0 if now > r.sent else 0.0 for r in ordered]
     served_ms = (now - freed_at) * 1000.0 if now > freed_at else 0.0
-    return Queued(len(predicted), _work_ahead(predicted, elapsed, served_ms))
+    return Queued(len(ordered), _work_ahead(ordered, elapsed, served_ms))
 
 
-def _work_ahead(predicted: Sequence[float], elapsed: Sequence[float],
+def _work_ahead(requests: Sequence[InFlight | Running], elapsed: Sequence[float],
                 served_ms: float = math.inf) -> float:
-    if not predicted:
+    if not requests:
         return 0.0
     head = max(range(len(elapsed)), key=elapsed.__getitem__)  # the oldest; of equals, the first
-    ran = min(elapsed[head], served_ms)
-    left = max(predicted[head] - ran, OVERRUN_SHARE * predicted[head])
-    return left + (math.fsum(predicted) - predicted[head])
+    first = requests[head]
+    left = time_left(first.predicted_ms, min(elapsed[head], served_ms), first.spread,
+                     first.most_ms)
+    return left + (math.fsum(r.predicted_ms for r in requests) - first.predicted_ms)
+
+
+def time_left(predicted_ms: float, ran_ms: float, spread: float = 0.0,
+              most_ms: float = 0.0) -> float:
+    """The expected time left of a request predicted to take `predicted_ms` on average that
+    has been served `ran_ms`. Its length is log-normal (`policies.learner.length`: log-sd
+    `spread`, capped by max_tokens, which takes it `most_ms`), so this is the mean of what
+    is left given that it has run so long: E[min(S, most) - ran | S > ran]. A request that
+    has outlived its prediction is likelier a long one than nearly done: at spread 0.7 it has
+    about 0.75 of its prediction left, at 1.5 more than twice it, less as it nears its cap
+    (the real plain + n-gram pair, 2 clients: an edit sent to wait behind a story that had
+    just passed its prediction of 31 tokens, priced at a fifth of it more, waited 14 s while
+    the story ran to 400). Its spread unknown (0), the old rule: what the prediction leaves,
+    or `OVERRUN_SHARE` of it once overrun."""
+    if spread <= 0.0 or predicted_ms <= 0.0:
+        return max(predicted_ms - ran_ms, OVERRUN_SHARE * predicted_ms)
+    cap = most_ms if most_ms > 0.0 else math.inf
+    if ran_ms >= cap:  # past the time its cap was predicted to take: nearly done
+        return OVERRUN_SHARE * min(predicted_ms, cap)
+    mu = math.log(predicted_ms) - spread * spread / 2
+    above_ran, beyond_ran = _tail(predicted_ms, mu, spread, ran_ms)
+    if beyond_ran < 1e-12:  # further out than the log-normal reaches: the cap, or the old rule
+        return cap - ran_ms if cap < math.inf else OVERRUN_SHARE * predicted_ms
+    above_cap, beyond_cap = _tail(predicted_ms, mu, spread, cap)
+    capped_mean = (above_ran - above_cap + (cap * beyond_cap if beyond_cap else 0.0)) / beyond_ran
+    return max(capped_mean - ran_ms, 0.0)
+
+
+def _tail(mean: float, mu: float, spread: float, at: float) -> tuple[float, float]:
+    """(E[S; S > at], P(S > at)) for S log-normal with log-mean `mu`, log-sd `spread` and
+    mean `mean`."""
+    if at <= 0.0:
+        return mean, 1.0
+    if at == math.inf:
+        return 0.0, 0.0
+    z = (mu - math.log(at)) / spread
+    return mean * _STANDARD_NORMAL.cdf(z + spread), _STANDARD_NORMAL.cdf(z)
 
 
 class Behind(NamedTuple):

@@ -33,7 +33,7 @@ from aiohttp import web
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import IDLE_QUEUE, NOTHING_BEHIND, BackendState, Behind, Queued, queued_work
+from policies import IDLE_QUEUE, NOTHING_BEHIND, BackendState, Behind, Queued, Running, queued_work
 from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
@@ -44,11 +44,11 @@ TYPICAL_WEIGHT = 0.1
 BEHIND_WINDOW = 32
 
 
-# (predicted service ms, when it was sent): a request in flight as the finish rule prices it
-Running = tuple[float, float]
 # one replica's requests in flight as it publishes them: instance -> [(predicted ms, ms since
-# it was sent)] (elapsed rather than sent: the replicas' clocks need not agree)
-ReplicaLoad = dict[str, list[tuple[float, float]]]
+# it was sent[, sd of the log of its length, ms at its max_tokens])] (elapsed rather than
+# sent: the replicas' clocks need not agree; the last two when its spread is known, as
+# `Running`'s, so that every replica prices its time left alike)
+ReplicaLoad = dict[str, list[tuple[float, ...]]]
 
 
 @dataclass(slots=True)
@@ -174,7 +174,7 @@ class BackendPool:
                 if not b.typical_ms and fallback_ms is None:
                     fallback_ms = self._mean_typical_ms()
                 typical = b.typical_ms or fallback_ms or 0.0
-                running = [*running, *((typical, seen) for seen in b.bypass_seen[:bypass])]
+                running = [*running, *(Running(typical, seen) for seen in b.bypass_seen[:bypass])]
             contended = 0.0 if running or b.spec.name in self._own else self.contention.risk()
             states.append(self._state(b, b.healthy(now), queued_work(running, now, b.freed_at),
                                       contended))
@@ -225,7 +225,8 @@ class BackendPool:
         request's (predicted ms, ms since it was sent). An instance it does not name has none
         of its requests."""
         for name, backend in self._backends.items():
-            running = [(ms, now - elapsed_ms / 1000.0) for ms, elapsed_ms in work.get(name, ())]
+            running = [Running(item[0], now - item[1] / 1000.0, *item[2:4])
+                       for item in work.get(name, ())]
             # one of its requests here ended when their count dropped (the sent times, rebuilt
             # from elapsed times at each hearing, move by the channel's jitter: no sign of an end)
             before = backend.replicas.get(replica)
@@ -233,7 +234,7 @@ class BackendPool:
                 backend.freed(now)
             backend.replicas[replica] = ReplicaWork(running, now)
             if backend.blind and running:
-                self._collided(backend, min(sent for _, sent in running), blind_s)
+                self._collided(backend, min(r.sent for r in running), blind_s)
         self.refresh_shares(now)
 
     def _collided(self, backend: BackendRuntime, others_first: float, blind_s: float) -> None:
@@ -307,8 +308,9 @@ class BackendPool:
 
     def own_work(self, now: float) -> ReplicaLoad:
         """This replica's requests in flight, to publish: per instance, each request's
-        (predicted ms, ms since it was sent), so the others price them as this one does."""
-        return {name: [(ms, max(0.0, (now - sent) * 1000.0)) for ms, sent in b.running.values()]
+        (predicted ms, ms since it was sent[, its spread, its ms at max_tokens]), so the
+        others price them as this one does."""
+        return {name: [_published(r, now) for r in b.running.values()]
                 for name, b in self._backends.items() if b.running}
 
     def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
@@ -355,9 +357,11 @@ class BackendPool:
             backend.served += 1
             backend.failed_until = 0.0
 
-    def begin(self, name: str, predicted_ms: float = 0.0, now: float = 0.0) -> int:
-        """A request sent to `name`, predicted to take `predicted_ms` once served; returns
-        the ticket that `end` takes."""
+    def begin(self, name: str, predicted_ms: float = 0.0, now: float = 0.0, *,
+              spread: float = 0.0, most_ms: float = 0.0) -> int:
+        """A request sent to `name`, predicted to take `predicted_ms` once served (its length's
+        log-sd `spread`, `most_ms` at its max_tokens: `Decision.tokens_sd`, `most_ms`);
+        returns the ticket that `end` takes."""
         ticket = next(self._tickets)
         if name in self._backends:
             backend = self._backends[name]
@@ -369,7 +373,7 @@ class BackendPool:
                 backend.blind[ticket] = now
             backend.inflight += 1
             backend.started += 1
-            backend.running[ticket] = (predicted_ms, now)
+            backend.running[ticket] = Running(predicted_ms, now, spread, most_ms)
             if predicted_ms > 0:
                 backend.typical_ms = (predicted_ms if backend.typical_ms <= 0 else
                                       backend.typical_ms + TYPICAL_WEIGHT
@@ -432,3 +436,12 @@ def _seen(seen: list[float], count: int, now: float) -> None:
 
 
 POOL = web.AppKey("pool", BackendPool)
+
+
+def _published(request: Running, now: float) -> tuple[float, ...]:
+    """One request in flight as `own_work` tells it: its spread and cap only when known (a
+    replica of an older release reads the first two)."""
+    elapsed_ms = max(0.0, (now - request.sent) * 1000.0)
+    if request.spread > 0.0:
+        return request.predicted_ms, elapsed_ms, request.spread, request.most_ms
+    return request.predicted_ms, elapsed_ms

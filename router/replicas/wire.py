@@ -24,9 +24,10 @@ def entry_ms(entry_id: Any) -> int:
 
 
 def load_entry(value: Any) -> tuple[str, ReplicaLoad, str] | None:
-    """One replica's published work: its name, per instance (predicted ms, elapsed ms) per
-    request, and where it takes requests passed on ("" when it named no http(s) url); None for
-    anything else (the whole entry: a part of it would undercount)."""
+    """One replica's published work: its name, per instance (predicted ms, elapsed ms[,
+    spread, ms at max_tokens]) per request, and where it takes requests passed on ("" when
+    it named no http(s) url); None for anything else (the whole entry: a part of it would
+    undercount)."""
     try:
         data = json.loads(value)
     except (ValueError, TypeError):
@@ -49,10 +50,11 @@ def load_entry(value: Any) -> tuple[str, ReplicaLoad, str] | None:
     return data["replica"], parsed, peer
 
 
-def _request(item: Any) -> tuple[float, float] | None:
-    if not isinstance(item, list) or len(item) != 2:
+def _request(item: Any) -> tuple[float, ...] | None:
+    """[predicted ms, elapsed ms] or, its spread known, [.., spread, ms at max_tokens]."""
+    if not isinstance(item, list) or len(item) not in (2, 4):
         return None
     if not all(isinstance(x, int | float) and not isinstance(x, bool)
                and math.isfinite(x) and 0 <= x < 1e12 for x in item):
         return None
-    return float(item[0]), float(item[1])
+    return tuple(float(x) for x in item)

@@ -77,7 +77,9 @@ async def send_begins(core: Core, session: aiohttp.ClientSession, plan: RoutedRe
     keep = CONTENT_CAP if core.config.log.content else 0
     result = ForwardResult(meter=StreamMeter(started_at=started, text_cap=keep))
     core.pool.note_losses(plan.decision.losses_ms)
-    ticket = core.pool.begin(primary, plan.decision.service_ms, started)
+    decision = plan.decision
+    ticket = core.pool.begin(primary, decision.service_ms, started, spread=decision.tokens_sd,
+                             most_ms=decision.most_ms)
     return Sending(result, ticket, counters)
 
 

@@ -14,11 +14,13 @@ from policies.decision.finish import (
     Candidate,
     InFlight,
     Queued,
+    Running,
     exploration_bound,
     losses_if_taken,
     queued_ms,
     queued_work,
     soonest,
+    time_left,
 )
 
 TOKENS = 64.0
@@ -162,23 +164,65 @@ def test_the_queue_is_the_oldest_requests_remainder_then_the_others_whole() -> N
 
 def test_the_oldest_request_is_served_only_since_the_instance_was_last_freed() -> None:
     # sent at 0 s, it waited behind another that ended at 0.4 s: at 0.5 s it is 100 ms in
-    waited = queued_work([(400.0, 0.0)], 0.5, freed_at=0.4)
+    waited = queued_work([Running(400.0, 0.0)], 0.5, freed_at=0.4)
     assert waited.work_ms == pytest.approx(300.0)
     # freed before it was sent: served since it was sent
-    assert queued_work([(400.0, 0.3)], 0.5, freed_at=0.1).work_ms == pytest.approx(200.0)
-    assert queued_work([(400.0, 0.0)], 0.5).work_ms == pytest.approx(80.0)  # overran
+    assert queued_work([Running(400.0, 0.3)], 0.5, freed_at=0.1).work_ms == pytest.approx(200.0)
+    assert queued_work([Running(400.0, 0.0)], 0.5).work_ms == pytest.approx(80.0)  # overran
 
 
-_RUNNING = st.lists(st.tuples(st.floats(0.0, 1e6), st.floats(0.0, 100.0)), max_size=40)
+def test_a_request_that_outlived_its_prediction_is_likelier_long_than_nearly_done() -> None:
+    # not started: its mean; at its prediction, a log-normal's remaining life given that
+    assert time_left(1000.0, 0.0, spread=0.7) == pytest.approx(1000.0)
+    assert time_left(1000.0, 1000.0, spread=0.7) == pytest.approx(753.5, abs=1.0)
+    assert time_left(1000.0, 1000.0, spread=1.5) == pytest.approx(2412.5, abs=1.0)
+    # the wider its length's spread, the more is left of one that overran
+    lefts = [time_left(1000.0, 2000.0, spread=s) for s in (0.3, 0.7, 1.1, 1.5)]
+    assert lefts == sorted(lefts) and lefts[0] < 1000.0 < lefts[-1]
+    # an edit known to within a few percent, half done, has about half left
+    assert time_left(1000.0, 500.0, spread=0.05) == pytest.approx(500.0, rel=0.01)
+
+
+def test_a_request_near_its_cap_has_only_the_cap_left() -> None:
+    # a story predicted 1 s that may run to 13 s (its max_tokens): 12 s in, under 1 s left
+    assert time_left(1000.0, 12_000.0, spread=1.5, most_ms=13_000.0) < 1000.0
+    uncapped = time_left(1000.0, 1000.0, spread=1.5)
+    assert time_left(1000.0, 1000.0, spread=1.5, most_ms=13_000.0) < uncapped
+    # past the time its cap was predicted to take, it is nearly done (still busy)
+    assert time_left(1000.0, 14_000.0, spread=1.5, most_ms=13_000.0) == pytest.approx(200.0)
+
+
+def test_with_no_spread_known_the_old_rule_holds() -> None:
+    # another replica of an older release, a bypasser at the typical request
+    assert time_left(1000.0, 400.0) == pytest.approx(600.0)
+    assert time_left(1000.0, 5000.0) == pytest.approx(200.0)
+    assert queued_work([Running(1000.0, 0.0, 0.7, 0.0)], 2.0).work_ms == pytest.approx(
+        time_left(1000.0, 2000.0, 0.7))
+
+
+@given(st.floats(1.0, 1e6), st.floats(0.0, 1e7), st.floats(0.0, 4.0), st.floats(0.0, 1e7))
+def test_the_time_left_is_finite_and_never_negative(
+    predicted: float, ran: float, spread: float, most: float
+) -> None:
+    left = time_left(predicted, ran, spread, most)
+    assert 0.0 <= left < float("inf")
+    if most > 0.0 and spread > 0.0:  # never past its cap (or past it, a share of the mean)
+        assert left <= max(most - ran, 0.2 * predicted) + 1e-6 * most
+
+
+_RUNNING = st.lists(st.builds(Running, st.floats(0.0, 1e6), st.floats(0.0, 100.0),
+                              st.floats(0.0, 2.0), st.floats(0.0, 1e7)), max_size=40)
 
 
 @given(_RUNNING, st.floats(0.0, 100.0))
 def test_the_pools_summary_of_its_in_flight_table_is_the_same_work(
-    running: list[tuple[float, float]], now: float
+    running: list[Running], now: float
 ) -> None:
-    """`queued_work` over (predicted ms, sent at) as the proxy's pool keeps them: the request
-    count and `queued_ms` of the same requests seen at `now` (sent later than `now`: 0 ms in)."""
-    inflight = [InFlight(ms, (now - sent) * 1000.0 if now > sent else 0.0) for ms, sent in running]
+    """`queued_work` over (predicted ms, sent at, spread, cap) as the proxy's pool keeps them:
+    the request count and `queued_ms` of the same requests seen at `now` (sent later than
+    `now`: 0 ms in)."""
+    inflight = [InFlight(r.predicted_ms, (now - r.sent) * 1000.0 if now > r.sent else 0.0,
+                         r.spread, r.most_ms) for r in running]
     work = queued_work(running, now)
     assert work.requests == len(running)
     assert work.work_ms == pytest.approx(queued_ms(inflight), rel=1e-9, abs=1e-6)

@@ -6,6 +6,7 @@ import pytest
 
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
+from policies.decision.finish import time_left
 from router.instances.contention import Contention
 from router.instances.pool import BEHIND_WINDOW, BackendPool
 
@@ -98,6 +99,22 @@ def test_own_work_is_published_as_each_request_s_prediction_and_elapsed_time() -
     pool.end("a", ticket, 1.55)
     assert pool.own_work(1.6) == {}
     assert len(changes) == 2  # the replica's publisher is woken at each start and end
+
+
+def test_a_request_s_length_spread_is_published_and_priced_alike_by_every_replica() -> None:
+    # a story predicted 1 s (its length's log-sd 1.5, 13 s at its max_tokens), 2 s in
+    mine, theirs = _pool(), _pool()
+    mine.begin("a", predicted_ms=1000.0, now=0.0, spread=1.5, most_ms=13_000.0)
+    published = mine.own_work(2.0)
+    assert published == {"a": [(1000.0, 2000.0, 1.5, 13_000.0)]}
+    theirs.note_replica_work("r1", published, now=2.0)
+    left = time_left(1000.0, 2000.0, 1.5, 13_000.0)
+    assert left > 1000.0  # it outlived its prediction: likelier long than nearly done
+    assert _state(mine, "a", 2.0).work().work_ms == pytest.approx(left)
+    assert _state(theirs, "a", 2.0).work().work_ms == pytest.approx(left)
+    # a replica that publishes no spread (an older release) is priced by the old rule
+    theirs.note_replica_work("r1", {"a": [(1000.0, 2000.0)]}, now=2.0)
+    assert _state(theirs, "a", 2.0).work().work_ms == pytest.approx(0.2 * 1000.0)
 
 
 def test_a_request_of_ours_that_ended_while_the_scrape_was_out_is_not_someone_else_s() -> None:

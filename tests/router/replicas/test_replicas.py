@@ -215,9 +215,14 @@ async def test_an_instance_another_replica_just_freed_is_seen_free_at_once(
         await eventually(lambda: sum(others_on(b, n) for n in b.app[POOL].names) == 1,
                          "B counts A's request")
         used = next(n for n in b.app[POOL].names if others_on(b, n))
-        assert a.app[POOL].runtime(used).running  # where A sent it
+        mine = list(a.app[POOL].runtime(used).running.values())  # where A sent it
         work = b.app[POOL].runtime(used).replicas["a"].running
-        assert len(work) == 1 and work[0][0] > 0  # as A priced it
+        assert len(mine) == len(work) == 1 and work[0].predicted_ms > 0  # as A priced it
+        # with how far its length may stray and its time at max_tokens (none asked: 0): its
+        # time left is priced alike on both
+        assert mine[0].spread > 0.0 and mine[0].most_ms == 0.0
+        assert (work[0].predicted_ms, work[0].spread, work[0].most_ms) == (
+            mine[0].predicted_ms, mine[0].spread, mine[0].most_ms)
         await first
     await eventually(lambda: others_on(b, used) == 0, "B sees it end", seconds=2.0)
 
