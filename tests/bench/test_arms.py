@@ -35,6 +35,7 @@ from bench.arms import (
     oracle_two_clients,
     parse_load,
     replay_two_clients,
+    soonest_two_clients,
     with_waits,
 )
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
@@ -65,9 +66,10 @@ def test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone(
         assert all(set(times) == {"plain", "ngram", "draft"} for times in row["service"].values())
     # 2 clients: each dispatch replayed on the alone times, none better than the best one
     replayed = rows[1]["replayed"]
-    assert set(replayed) == {"auto", "least-conn", "best"}
+    assert set(replayed) == {"auto", "least-conn", "soonest", "best"}
     assert replayed["best"] == rows[1]["totals"]["oracle"]
-    assert all(replayed[arm] >= replayed["best"] - 1e-9 for arm in ("auto", "least-conn"))
+    assert all(replayed[arm] >= replayed["best"] - 1e-9
+               for arm in ("auto", "least-conn", "soonest"))
     assert "on the alone times: auto's dispatch" in printed
     alone = rows[0]["totals"]  # 1 client: each request on its fastest instance, in turn
     assert all(alone["oracle"] <= alone[config] for config in ("plain", "ngram", "draft"))
@@ -217,6 +219,35 @@ def test_a_dispatch_that_never_waited_replays_as_least_conns_rule_from_its_first
     assert least_conn_every_start(service, range(len(rows))) == pytest.approx(
         (least_conn_two_clients(service, range(len(rows)), 0)
          + least_conn_two_clients(service, range(len(rows)), 1)) / 2)
+
+
+def test_the_soonest_finish_knowing_every_time_waits_when_that_is_sooner() -> None:
+    # request 0 to i1 (2 s there), request 1 to idle i0 (1 s), then request 2 finds i1 with
+    # 1 s left: 1 + 2 s there beats 20 s on idle i0
+    service = _service([(20.0, 2.0), (1.0, 1.5), (20.0, 2.0)])
+    assert soonest_two_clients(service, range(3)) == pytest.approx(4.0)
+    # a tie goes to the idle instance
+    assert soonest_two_clients(_service([(5.0, 2.0), (3.0, 1.0)]), range(2)) == (
+        pytest.approx(3.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), st.floats(0.1, 20.0)), min_size=1, max_size=10))
+def test_the_soonest_finish_knowing_every_time_simulated_forward(
+    times: list[tuple[float, float]]
+) -> None:
+    # each request, as its client frees up, to the instance where it would end first
+    clients, free, end = [0.0, 0.0], [0.0, 0.0], 0.0
+    for row in times:
+        sender = min(range(2), key=clients.__getitem__)
+        at = clients[sender]
+        j = min(range(2), key=lambda k: (max(at, free[k]) + row[k], free[k] > at, k))
+        free[j] = max(at, free[j]) + row[j]
+        clients[sender], end = free[j], max(end, free[j])
+    service = _service(times)
+    soonest = soonest_two_clients(service, range(len(times)))
+    assert soonest == pytest.approx(end)
+    assert soonest >= oracle_two_clients(service, range(len(times))) - 1e-9  # type: ignore[operator]
 
 
 def test_a_wait_is_replayed_as_a_wait_where_the_named_instance_is_idle_in_the_replay() -> None:
