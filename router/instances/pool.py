@@ -222,8 +222,8 @@ class BackendPool:
     def note_replica_work(self, replica: str, work: ReplicaLoad, now: float,
                           blind_s: float = 0.0) -> None:
         """Another replica's requests in flight, as it just published them: per instance, each
-        request's (predicted ms, ms since it was sent). An instance it does not name has none
-        of its requests."""
+        request's (predicted ms, ms since it was sent[, its length's spread, its ms at
+        max_tokens]). An instance it does not name has none of its requests."""
         for name, backend in self._backends.items():
             running = [Running(item[0], now - item[1] / 1000.0, *item[2:4])
                        for item in work.get(name, ())]
