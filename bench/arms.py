@@ -63,9 +63,9 @@ dispatch replayed, least-conn's rule run on them (an idle instance, ties in turn
 over where its turn starts, which alone decides its dispatch over two instances), the finish
 rule with perfect predictions (`soonest_two_clients`: each request where it ends first,
 knowing every time but not the next request: what no rule that places one request at a time
-can pass), and auto's share of the way from least-conn's time to the best dispatch's: the choices compared apart
-from how fast the machine ran while each arm made them (two runs of one dispatch differ by 1-9%
-here). The replay makes each of auto's choices as the run made it: a wait for the busy
+can pass), and auto's share of the way from least-conn's time to the best dispatch's: the
+choices compared apart from how fast the machine ran while each arm made them (two runs of one
+dispatch differ by 1-9% here). The replay makes each of auto's choices as the run made it: a wait for the busy
 instance, or an idle one (the one it named when that is idle in the replay too); its decision
 log tells which. `--json` writes the same rows as JSON.
 """
