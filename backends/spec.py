@@ -106,6 +106,10 @@ class BackendSpec(_Strict):
     url: str = Field("", description="base URL of a running server, e.g. http://127.0.0.1:8081")
     launch: LaunchSpec | None = None
     api_key: str = Field("", description="bearer token to send upstream (default: the client's)")
+    slots: int | None = Field(
+        None, ge=1, strict=True, description="requests it serves at once (None: what the engine "
+        "reports, else 1); an engine that reports another count is believed, with a warning"
+    )
 
     @model_validator(mode="before")
     @classmethod

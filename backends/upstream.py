@@ -83,6 +83,16 @@ class ForwardResult:
     failover_from: list[str] = field(default_factory=list)
     client_disconnected: bool = False
     sent_at: float | None = None  # when the first attempt left the proxy
+    # the batch it ran in on the primary (`BackendPool.end`): requests served at once there when
+    # it was sent, and their mean over its life (None: not known, or another instance served it)
+    batch_start: int | None = None
+    batch_mean: float | None = None
+
+    def ran_in(self, primary: str, batch: tuple[int, float] | None) -> None:
+        """The batch the request ran in on `primary` (`BackendPool.end`), kept when that
+        instance is the one that served it."""
+        if batch is not None and self.backend == primary:
+            self.batch_start, self.batch_mean = int(batch[0]), round(float(batch[1]), 3)
 
     def trying(self, target: Target) -> None:
         self.backend, self.profile, self.spec = target.name, target.profile, target.spec

@@ -46,6 +46,11 @@ class Outcome:
     spec_source: str = ""  # where draft stats came from: timings, metrics, meta_info, ...
     failover_from: tuple[str, ...] = ()
     client_disconnected: bool = False
+    # the batch it ran in, optional in schema_version 1 (absent: a batch of 1, as ds4 serves):
+    # the requests being served on its instance when it was sent, itself included, and their
+    # mean over its life (capped at the instance's slots: those past them wait, not decode)
+    batch_start: int | None = None
+    batch_mean: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,11 @@ class Observation:
     measured_tps: float | None = None  # the decode rate the proxy measured from the stream
     disconnected: bool = False  # the answer did not end whole: the client left, or it broke off
     spec: str = ""  # the serving instance's speculation config ('': its profile's shorthand)
+    # the batch it decoded in: the mean number of requests served at once on its instance over
+    # its life, itself included (records without one: 1, one at a time)
+    batch: float = 1.0
+    # the decision's predicted ms per token on its instance at a batch of 1 (None: not logged)
+    pace_ms: float | None = None
 
     @property
     def config(self) -> str:
@@ -137,6 +142,8 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             # an error after a 200 is an answer that broke off (backends/upstream): cut short too
             disconnected=bool(outcome.client_disconnected or outcome.error),
             spec=str(outcome.spec or ""),
+            batch=_batch(outcome.batch_mean),
+            pace_ms=_positive_or_none(record.decision.get("pace_ms")),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -169,6 +176,17 @@ def _thinking(features: Mapping[str, Any]) -> bool | None:
     if features.get("thinking"):
         return True
     return None if features.get("thinking_unset", True) else False
+
+
+def _batch(value: Any) -> float:
+    """The logged mean batch, at least 1 (absent, an older record: 1)."""
+    batch = _float_or_none(value)
+    return batch if batch is not None and math.isfinite(batch) and batch >= 1.0 else 1.0
+
+
+def _positive_or_none(value: Any) -> float | None:
+    number = _float_or_none(value)
+    return number if number is not None and math.isfinite(number) and number > 0 else None
 
 
 def _int_or_none(value: Any) -> int | None:

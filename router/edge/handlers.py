@@ -116,7 +116,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         # one is told: no yield (a turn of the loop per request).
         nonlocal ended
         ended = True
-        pool.end(primary, sending.ticket, deps.clock())
+        result.ran_in(primary, pool.end(primary, sending.ticket, deps.clock()))
         if publishing:
             await asyncio.sleep(0)
 
@@ -131,7 +131,7 @@ async def routed(request: web.Request, endpoint: str) -> web.StreamResponse:
         raise
     finally:
         if not ended:
-            pool.end(primary, sending.ticket, deps.clock())
+            result.ran_in(primary, pool.end(primary, sending.ticket, deps.clock()))
         await settle_and_account(app[CORE], app[state.SESSION], plan, sending, started)
 
 

@@ -70,7 +70,9 @@ class Exchange:
         if cut_short:
             self.sending.result.client_disconnected = True
         app = self.app
-        app[POOL].end(self.plan.decision.backend, self.sending.ticket, app[state.DEPS].clock())
+        primary = self.plan.decision.backend
+        self.sending.result.ran_in(
+            primary, app[POOL].end(primary, self.sending.ticket, app[state.DEPS].clock()))
         await settle_and_account(app[CORE], app[state.SESSION], self.plan, self.sending,
                                  self.started)
 

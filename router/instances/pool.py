@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
+from typing import NamedTuple
 
 from aiohttp import web
 
@@ -89,6 +90,18 @@ class BackendRuntime:
     # instance been taken
     losses_ms: deque[float] = field(default_factory=lambda: deque(maxlen=BEHIND_WINDOW))
     _behind: Behind | None = None  # `behind()`, until a loss is added
+    # requests it serves at once, where that count came from (`set_slots`), and what
+    # contradicted the declared count (shown on /readyz)
+    slots: int = 1
+    slots_source: str = "default"
+    slots_warning: str = ""
+    # the batch: requests served at once now (every replica's and bypasser's, capped at its
+    # slots), its integral over time since `level_at`, and per ticket of this replica's the
+    # integral and the level when it was sent (its record's mean batch: `end`)
+    level: int = 0
+    area: float = 0.0
+    level_at: float = 0.0
+    marks: dict[int, tuple[float, float, int]] = field(default_factory=dict)
 
     def add_loss(self, loss_ms: float) -> None:
         self.losses_ms.append(loss_ms)
@@ -118,6 +131,33 @@ class BackendRuntime:
         """Every replica's requests here: this one's and the others' as published."""
         return self.inflight + len(self.replicas_running(now, max_age_s))
 
+    def relevel(self, now: float, max_age_s: float) -> None:
+        """The batch as it is from `now`: the integral so far taken at the old level."""
+        if now > self.level_at:
+            self.area += self.level * (now - self.level_at)
+            self.level_at = now
+        every = self.known(now, max_age_s) + self.bypassing(now, max_age_s)
+        self.level = min(every, self.slots)
+
+    def batch_of(self, ticket: int, now: float) -> Batch | None:
+        """The batch the request `ticket` ran in, up to `now` (None: not one of its own)."""
+        mark = self.marks.pop(ticket, None)
+        if mark is None:
+            return None
+        area, sent, start = mark
+        lasted = now - sent
+        mean = (self.area + self.level * max(now - self.level_at, 0.0) - area) / lasted \
+            if lasted > 0 else float(start)
+        return Batch(start, min(max(mean, 1.0), float(self.slots)))
+
+
+class Batch(NamedTuple):
+    """The batch a request ran in: requests served at once on its instance when it was sent,
+    itself included, and their mean over its life (capped at the instance's slots)."""
+
+    start: int
+    mean: float
+
 
 class BackendPool:
     def __init__(
@@ -128,7 +168,10 @@ class BackendPool:
         pools: Mapping[str, Iterable[str]] | None = None,
         load_max_age_s: float = 1.0,
     ) -> None:
-        self._backends = {spec.name: BackendRuntime(spec) for spec in specs}
+        self._backends = {spec.name: BackendRuntime(spec, slots=spec.slots or 1,
+                                                     slots_source="declared" if spec.slots
+                                                     else "default")
+                          for spec in specs}
         self._targets = {name: self._target(b.spec) for name, b in self._backends.items()}
         self._retry_after_s = retry_after_s
         self._load_max_age_s = load_max_age_s
@@ -216,8 +259,10 @@ class BackendPool:
         bypass = max(0, load.requests - known)
         if bypass < backend.bypass:
             backend.freed(now)
+        backend.relevel(now, self._load_max_age_s)  # the integral at the old count first
         backend.bypass = bypass
         _seen(backend.bypass_seen, backend.bypass, now)
+        backend.relevel(now, self._load_max_age_s)
 
     def note_replica_work(self, replica: str, work: ReplicaLoad, now: float,
                           blind_s: float = 0.0) -> None:
@@ -232,7 +277,9 @@ class BackendPool:
             before = backend.replicas.get(replica)
             if before is not None and len(running) < len(before.running):
                 backend.freed(now)
+            backend.relevel(now, self._load_max_age_s)
             backend.replicas[replica] = ReplicaWork(running, now)
+            backend.relevel(now, self._load_max_age_s)
             if backend.blind and running:
                 self._collided(backend, min(r.sent for r in running), blind_s)
         self.refresh_shares(now)
@@ -371,9 +418,12 @@ class BackendPool:
                     not backend.bypassing(now, self._load_max_age_s)) and (
                     not self.others_unheard(now)):
                 backend.blind[ticket] = now
+            backend.relevel(now, self._load_max_age_s)
             backend.inflight += 1
             backend.started += 1
             backend.running[ticket] = Running(predicted_ms, now, spread, most_ms)
+            backend.relevel(now, self._load_max_age_s)
+            backend.marks[ticket] = (backend.area, now, backend.level)
             if predicted_ms > 0:
                 backend.typical_ms = (predicted_ms if backend.typical_ms <= 0 else
                                       backend.typical_ms + TYPICAL_WEIGHT
@@ -389,16 +439,31 @@ class BackendPool:
             if backend is not None:
                 backend.add_loss(loss)
 
-    def end(self, name: str, ticket: int, now: float) -> None:
-        """The request `ticket` sent to `name` ended at `now` (its answer in, or given up)."""
-        if name in self._backends:
-            backend = self._backends[name]
-            backend.freed(now)
-            backend.inflight -= 1
-            backend.running.pop(ticket, None)
-            if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
-                self.contention.observe(collided=False)
-            self._changed()
+    def end(self, name: str, ticket: int, now: float) -> Batch | None:
+        """The request `ticket` sent to `name` ended at `now` (its answer in, or given up):
+        the batch it ran in (None: not a request of this pool's)."""
+        backend = self._backends.get(name)
+        if backend is None:
+            return None
+        backend.freed(now)
+        backend.relevel(now, self._load_max_age_s)
+        batch = backend.batch_of(ticket, now)
+        backend.inflight -= 1
+        backend.running.pop(ticket, None)
+        backend.relevel(now, self._load_max_age_s)
+        if backend.blind.pop(ticket, None) is not None:  # it met no other replica's request
+            self.contention.observe(collided=False)
+        self._changed()
+        return batch
+
+    def set_slots(self, name: str, slots: int, source: str, warning: str = "") -> None:
+        """How many requests `name` serves at once, and where that count came from (`source`:
+        declared, engine, launch, ...); `warning`: what contradicted the declared count."""
+        backend = self._backends.get(name)
+        if backend is None or slots < 1:
+            return
+        backend.slots, backend.slots_source, backend.slots_warning = slots, source, warning
+        self._idle = self._idle_states()
 
     def describe(self, now: float) -> list[dict[str, object]]:
         return [
@@ -411,6 +476,9 @@ class BackendPool:
                 "url": b.spec.base_url,
                 "healthy": b.healthy(now),
                 "inflight": b.inflight,
+                "slots": b.slots,
+                "slots_source": b.slots_source,
+                **({"slots_warning": b.slots_warning} if b.slots_warning else {}),
                 "others_inflight": self.others_inflight(b.spec.name, now),
                 "own_share": b.spec.name in self._own,  # taken first among the replicas
                 "engine_gauges": (None if b.gauge is None else

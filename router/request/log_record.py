@@ -50,6 +50,8 @@ def record_for(
         spec_source=report.spec_source,
         failover_from=tuple(result.failover_from),
         client_disconnected=result.client_disconnected,
+        batch_start=result.batch_start,
+        batch_mean=result.batch_mean,
     )
     overhead = ((result.sent_at or ended) - started) * 1000
     content = {
