@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 import aiohttp
 
@@ -34,6 +34,8 @@ from backends.engines import ADAPTERS, EngineAdapter
 from backends.spec import BackendSpec
 
 OnChange = Callable[[str, bool, str], None]
+# the reason `on_change` gives when `stop` takes a launched backend down: asked for, not a fault
+STOPPED: Final = "stopped"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -240,7 +242,7 @@ class Supervisor:
         self._tasks = []
         await asyncio.gather(*(m.terminate(self._grace) for m in self._managed.values()))
         for name in self._managed:
-            self._set_health(name, False, "stopped")
+            self._set_health(name, False, STOPPED)
             self._update(name, pid=None)
 
     # -- internals ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from backends.capability import capability_probe
-from backends.supervisor import Supervisor, SupervisorSettings
+from backends.supervisor import STOPPED, Supervisor, SupervisorSettings
 from router.instances.pool import POOL
 from router.state import CONFIG, PROBE, SESSION, SUPERVISOR, Addon
 
@@ -28,9 +28,11 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
 
     def on_change(name: str, healthy: bool, why: str) -> None:
         pool.set_health(name, healthy, why)
-        profile = pool.runtime(name).spec.profile
+        if why == STOPPED:
+            return  # stopped as asked, on shutdown: one line for all of them, below
+        spec = pool.runtime(name).spec.spec_key
         event = "backend_healthy" if healthy else "backend_unhealthy"
-        (log.info if healthy else log.warning)(event, backend=name, profile=profile, reason=why)
+        (log.info if healthy else log.warning)(event, backend=name, spec=spec, reason=why)
 
     supervisor = Supervisor(
         config.backends, settings.log_dir, session=app[SESSION], on_change=on_change,
@@ -45,6 +47,9 @@ async def supervise(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await supervisor.stop()
+        launched = [spec.name for spec in config.backends if spec.launch is not None]
+        if launched:
+            log.info("backends_stopped", backends=launched)
 
 
 async def _probe(app: web.Application) -> None:

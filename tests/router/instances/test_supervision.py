@@ -8,8 +8,14 @@ import sys
 from pathlib import Path
 
 import aiohttp
+from structlog.testing import capture_logs
 
 from backends.local.simulator import SimState, create_sim_app
+from backends.spec import Speculation
+from router.app import create_app
+from router.config import Config, LogConfig, SupervisorConfig
+from router.state import Deps
+from tests.backends.test_supervisor import fake_spec
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
@@ -63,3 +69,27 @@ async def test_serve_refuses_a_pair_serving_different_models(
     text = stderr.decode()
     assert "cannot start" in text and "model-a" in text and "model-b" in text
     assert "Traceback" not in text
+
+
+async def test_stopping_what_it_launched_is_one_info_line(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Shutdown stops the launched instances as asked: no `backend_unhealthy` warning each, one
+    info line naming them all."""
+    plain = fake_spec("plain-0")
+    ngram = fake_spec("ngram-0").model_copy(update={
+        "speculation": Speculation(type="ngram-simple"), "profile": "mtp"})
+    config = Config(
+        backends=[plain, ngram], default_backend="plain-0", classifier="rules", tokenizer=False,
+        log=LogConfig(path=str(tmp_path / "decisions.jsonl")),
+        supervisor=SupervisorConfig(log_dir=str(tmp_path / "backends"), startup_probe=False),
+    )
+    with capture_logs() as events:
+        server = await aiohttp_server(create_app(config, deps=Deps(explore=False)))
+        await server.close()
+    healthy = [e for e in events if e["event"] == "backend_healthy"]
+    assert {(e["backend"], e["spec"]) for e in healthy} == {
+        ("plain-0", "plain"), ("ngram-0", "ngram-simple")}
+    assert [e for e in events if e["log_level"] in ("warning", "error")] == []
+    stopped = [e for e in events if e["event"] == "backends_stopped"]
+    assert [(e["log_level"], e["backends"]) for e in stopped] == [("info", ["plain-0", "ngram-0"])]
