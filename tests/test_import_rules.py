@@ -85,6 +85,7 @@ PURE = [
     "router/request/routing.py", "classifiers/text.py", "classifiers/memos.py",
     "backends/gauges.py", "policies/learner/shared.py", "router/epp/messages.py",
     "router/instances/contention.py", "classifiers/copying.py", "router/replicas/wire.py",
+    "backends/slots.py",
 ]
 IMPURE_MODULES = {
     "aiohttp", "socket", "time", "os", "subprocess", "asyncio", "datetime", "random", "requests",
