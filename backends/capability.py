@@ -12,7 +12,8 @@ mtp, whatever its type) that drafted on neither, or whose engine reports nothing
 not a refusal; so is a plain instance that drafts. Drafts are read from the answer (llama.cpp
 timings, vLLM metrics, SGLang meta_info) or from Prometheus counter deltas around it. Each answer
 is kept with its wall time (`ProbeResult.timed`): the router takes them as the first
-measurements of this machine's paces.
+measurements of this machine's paces. `engine_slots` asks an instance how many requests it
+serves at once (read whenever it becomes healthy: router/instances/supervision).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from backends.engines import ADAPTERS, EngineAdapter
+from backends.slots import listed_slots, props_slots
 from backends.spec import BackendSpec
 from backends.stats import (
     EMPTY,
@@ -286,6 +288,31 @@ async def metrics_text(
             return await response.text(errors="replace"), ""
     except (aiohttp.ClientError, TimeoutError) as exc:
         return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def engine_slots(
+    spec: BackendSpec, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout,
+) -> tuple[int | None, str]:
+    """The requests the engine says it serves at once (llama.cpp: `GET /props` total_slots,
+    else the length of `GET /slots`), or None and why (another engine, an error, nothing told)."""
+    if spec.engine != "llamacpp":
+        return None, f"engine {spec.engine!r} reports no slot count"
+    errors = []
+    for path, read in (("/props", props_slots), ("/slots", listed_slots)):
+        try:
+            async with session.get(spec.base_url + path, headers=_auth(spec),
+                                   timeout=timeout) as response:
+                if response.status != 200:
+                    errors.append(f"{path}: HTTP {response.status}")
+                    continue
+                count = read(await response.json(content_type=None))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            errors.append(f"{path}: {type(exc).__name__}")
+            continue
+        if count is not None:
+            return count, ""
+        errors.append(f"{path}: no slot count")
+    return None, "; ".join(errors)
 
 
 def _speculation_warnings(spec: BackendSpec, answers: Mapping[str, TimedProbe]) -> list[str]:

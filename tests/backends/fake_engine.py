@@ -9,6 +9,10 @@ interpreter as BINARY and this module's name as MODEL, that command runs this fi
   --ignore-term                     ignore SIGTERM (the supervisor must escalate to SIGKILL)
   --grandchild-pidfile F            spawn a sleeping grandchild and write its PID to F
   --hang-file F                     while F exists, requests hang (alive but unresponsive)
+  --slots N                         serve llama.cpp's `GET /props` (total_slots N) and
+                                    `GET /slots` (N entries); without it, both answer 404
+  --no-props                        with --slots: `GET /props` answers 404, `/slots` alone tells
+  --slots-file F                    --slots read from F at start (a restart may change it)
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def main() -> None:
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--grandchild-pidfile", type=Path)
     parser.add_argument("--hang-file", type=Path)
+    parser.add_argument("--slots", type=int, default=0)
+    parser.add_argument("--no-props", action="store_true")
+    parser.add_argument("--slots-file", type=Path)
     options, _ = parser.parse_known_args()  # the adapter's own flags (--metrics, -md ...)
 
     if options.starts_file is not None:
@@ -54,6 +61,8 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         options.grandchild_pidfile.write_text(str(child.pid))
     ready_at = time.monotonic() + options.ready_after
+    if options.slots_file is not None:
+        options.slots = int(options.slots_file.read_text())
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -64,6 +73,10 @@ def main() -> None:
                 self._send(200 if ready else 503, {"status": "ok" if ready else "loading"})
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+            elif self.path == "/props" and options.slots and not options.no_props:
+                self._send(200, {"total_slots": options.slots, "model_path": "fake"})
+            elif self.path == "/slots" and options.slots:
+                self._send(200, [{"id": i, "is_processing": False} for i in range(options.slots)])
             else:
                 self._send(404, {"error": "not found"})
 
