@@ -5,6 +5,7 @@ per-request decision (`decision`) and the learner (`learner`), behind this surfa
 from __future__ import annotations
 
 from policies.decision.ask import Ask, BackendState, State
+from policies.decision.batching import batch_work
 from policies.decision.decide import Decision
 from policies.decision.finish import (
     IDLE_QUEUE,
@@ -82,6 +83,7 @@ __all__ = [
     "Sums",
     "apply_rewrite",
     "arm_rows",
+    "batch_work",
     "class_inputs",
     "conversation_key",
     "decide_route",

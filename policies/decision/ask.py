@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 from classifiers.features import Features
 from classifiers.scores import Scores
-from policies.decision.finish import NOTHING_BEHIND, Behind, InFlight, Queued, queued_ms
+from policies.decision.batching import batch_work
+from policies.decision.finish import NOTHING_BEHIND, Behind, InFlight, Queued, Running, queued_ms
 from policies.decision.pins import NO_CONTEXT, RequestContext
 from policies.decision.sessions import Held
 from policies.learner.arms import EMPTY_ARMS, ArmsState
@@ -62,6 +63,7 @@ class BackendState(NamedTuple):
     # what the recent requests would have lost had it been taken (the price of making the
     # next one go elsewhere, while requests are on it)
     behind: Behind = NOTHING_BEHIND
+    slots: int = 1  # requests it serves at once (1: one at a time, the rest queued)
 
     @property
     def config(self) -> str:
@@ -70,6 +72,9 @@ class BackendState(NamedTuple):
     def work(self) -> Queued:
         if self.queued is not None:
             return self.queued
+        if self.slots > 1:
+            return batch_work([Running(f.predicted_ms, -f.elapsed_ms / 1000.0, f.spread,
+                                       f.most_ms) for f in self.queue], 0.0, self.slots)
         return Queued(len(self.queue), queued_ms(self.queue))
 
 

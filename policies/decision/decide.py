@@ -27,6 +27,7 @@ from typing import Final, NamedTuple
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
+from policies.decision.batching import joined_batch
 from policies.decision.finish import (
     THIN_BELOW,
     Candidate,
@@ -70,6 +71,8 @@ class Decision:
     # the proxy's pool keeps the recent ones, the price of making a request go elsewhere)
     losses_ms: dict[str, float] = field(default_factory=dict, compare=False)
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
+    pace_ms: float = 0.0  # its predicted ms per token there alone (what its batch is learned against)
+    batch: int = 1  # the batch it was predicted to decode in there, itself included
     speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
     # the route model's inputs the speedups and the length were predicted from (None: none
     # were), packed; not logged: the record carries them to the learner, which need not build
@@ -92,6 +95,8 @@ class Decision:
             "p_spec": None if self.p_spec is None else round(self.p_spec, 4),
             "finish_ms": {k: round(v, 1) for k, v in self.finish_ms.items()},
             "config": self.config,
+            "pace_ms": round(self.pace_ms, 3),
+            "batch": self.batch,
             "speedups": {k: round(v, 4) for k, v in self.speedups.items()},
         }
 
@@ -148,6 +153,7 @@ def place(
         most_ms=chosen.service_ms(features.max_tokens) if features.max_tokens > 0 else 0.0,
         speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
+        pace_ms=chosen.pace_ms, batch=chosen.batch,
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
         inputs=array("d", x.tobytes()),
     )
@@ -248,11 +254,25 @@ def candidate(
         median = drawn = t_plain
     work = b.work()
     spread = speedup.prediction.sd if speedup and speedup.prediction.unlearned else 0.0
-    return Candidate(b.name, b.profile, work.work_ms, prefill, median, drawn,
+    batch, factor, slowdown = _batch_terms(b, work.requests, model)
+    return Candidate(b.name, b.profile, work.work_ms, prefill, median * factor, drawn * factor,
                      waiting=work.requests, thin=model.measured(b.config) < THIN_BELOW,
                      unlearned_sd=spread,
                      tie_rank=b.tie_rank, contended=b.contended, config=b.config,
-                     behind=b.behind)
+                     behind=b.behind, slots=b.slots, serving=work.serving, slowdown=slowdown,
+                     batch=batch, pace_ms=median)
+
+
+def _batch_terms(b: BackendState, requests: int, model: RouteModel) -> tuple[int, float, float]:
+    """(the batch a request would decode in on `b`, its per-token time there over its time
+    alone, how much slower the requests served there now decode once it joins): on an
+    instance that serves one at a time, (1, 1, 1)."""
+    if b.slots <= 1:
+        return 1, 1.0, 1.0
+    batch = joined_batch(requests, b.slots)
+    curve = model.batch_curve(b.name)
+    factor = curve.factor(batch)
+    return batch, factor, factor / curve.factor(batch - 1) if batch > 1 else 1.0
 
 
 def failover_order(

@@ -89,10 +89,14 @@ class Running(NamedTuple):
 
 class Queued(NamedTuple):
     """The work on an instance as the rule uses it: the requests there now and the work they
-    leave ahead of a new one (`queued_ms`)."""
+    leave ahead of a new one (`queued_ms`; on an instance that serves several at once, the wait
+    for a slot: `policies.decision.batching`)."""
 
     requests: int
     work_ms: float
+    # serving several at once: the time left of each request being served, ascending (empty on
+    # an instance that serves one at a time, whose queue `work_ms` says all of)
+    serving: tuple[float, ...] = ()
 
 
 IDLE_QUEUE: Final = Queued(0, 0.0)
@@ -214,6 +218,13 @@ class Candidate(NamedTuple):
     # is followed while its regret is within that spread (`soonest`)
     unlearned_sd: float = 0.0
     behind: Behind = NOTHING_BEHIND  # what the requests that come while it is taken lose
+    # serving several at once (`policies.decision.batching`): its slots, the time left of the
+    # requests it serves now, and how much slower each of them decodes once this one joins
+    slots: int = 1
+    serving: tuple[float, ...] = ()
+    slowdown: float = 1.0
+    batch: int = 1  # the batch this request would decode in there, itself included
+    pace_ms: float = 0.0  # its ms per token there alone (at the posterior median)
 
     @property
     def speculates(self) -> bool:
@@ -236,12 +247,26 @@ class Candidate(NamedTuple):
         (`idle_elsewhere`) go there at their loss (`behind`); the others wait behind it."""
         service = self.service_ms(tokens, sampled)
         cost = self.queue_ms + service + self.contended * service
+        if self.slots > 1:  # the price of a batch: the requests served there slow down
+            return cost + self.overlap_delay_ms(service)
         if self.waiting:
             elsewhere = min(self.waiting, idle_elsewhere)
             cost += (self.waiting - elsewhere) * service
             if elsewhere:
                 cost += elsewhere * self.behind.delay_ms(service)
         return cost
+
+
+    def overlap_delay_ms(self, service_ms: float) -> float:
+        """What the requests served there now lose while this one decodes beside them: each
+        runs `slowdown` times slower for as long as they overlap (all of its time left when
+        it ends first, else this one's service), the price of joining a batch. A request that
+        waits for a slot slows none of them."""
+        slower = self.slowdown
+        if slower <= 1.0 or self.queue_ms > 0.0:
+            return 0.0
+        outlived = service_ms * (1.0 - 1.0 / slower)  # lost by one that outlives this one
+        return math.fsum(min(left * (slower - 1.0), outlived) for left in self.serving)
 
 
 @dataclass(frozen=True, slots=True)

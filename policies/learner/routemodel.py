@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol, Self, TypeVar
 
 import numpy as np
 
+from policies.learner.batch import PRIOR_CURVE, BatchCurve, BatchEvidence
 from policies.learner.length import LengthModel
 from policies.learner.observation import Observation
 from policies.learner.speedup import (
@@ -43,6 +44,7 @@ COMPLETION_PRIOR_WEIGHT: Final = 3.0
 # No observations (immutable: one shared instance, not a new one per lookup on every decision).
 _NO_DATA: Final = ScalarEvidence()
 _NO_ROWS: Final = Evidence.empty()
+_NO_BATCH: Final = BatchEvidence()
 
 
 PLAIN_CONFIG: Final = "plain"  # the config key of instances that do not speculate
@@ -63,6 +65,8 @@ class RouteEvidence:
     # class -> y = log(completion tokens) over the request's inputs, every served request but
     # the probes' (one regression over them all; per class, its residual spread)
     length: Mapping[str, Evidence] = field(default_factory=dict)
+    # instance -> its per-token time against its batch (`policies.learner.batch`)
+    batch: Mapping[str, BatchEvidence] = field(default_factory=dict)
     through: str = ""  # timestamp of the newest record included
 
     def merged(self, other: RouteEvidence) -> RouteEvidence:
@@ -75,8 +79,14 @@ class RouteEvidence:
             prefill=_merge(self.prefill, other.prefill),
             completion=_merge(self.completion, other.completion),
             length=_merge(self.length, other.length),
+            batch=_merge(self.batch, other.batch),
             through=max(self.through, other.through),
         )
+
+    def batch_curve(self, instance: str) -> BatchCurve:
+        """`instance`'s per-token time against its batch (the prior's with no record)."""
+        sums = self.batch.get(instance)
+        return PRIOR_CURVE if sums is None else sums.curve()
 
     def greedy_of(self, config: str) -> Evidence:
         """The greedy regression sums of `config`'s instances (empty when never measured)."""
@@ -113,6 +123,7 @@ class RouteEvidence:
             "prefill": scalars(self.prefill),
             "completion": scalars(self.completion),
             "length": {k: v.as_json() for k, v in sorted(self.length.items())},
+            "batch": {k: v.as_json() for k, v in sorted(self.batch.items())},
             "through": self.through,
         }
 
@@ -134,6 +145,9 @@ class RouteEvidence:
             completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
             # sums written before lengths were learned per request: none learned yet
             length={str(k): Evidence.from_json(v) for k, v in dict(data.get("length", {})).items()},
+            # sums written before batches were learned: none learned yet
+            batch={str(k): BatchEvidence.from_json(v)
+                   for k, v in dict(data.get("batch", {})).items()},
             through=str(data.get("through", "")),
         )
 
@@ -153,23 +167,29 @@ def _merge(a: Mapping[str, _S], b: Mapping[str, _S]) -> dict[str, _S]:
 
 
 def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence:
-    """The evidence in a batch of observations (what `specroute learn` stores)."""
-    evidence = RouteEvidence()
+    """The evidence in a batch of observations (what `specroute learn` stores): each
+    instance's batch curve first, then every pace taken back to a batch of 1 by it."""
+    paced = [o for o in observations if o.paced]
+    batch: dict[str, BatchEvidence] = {}
+    for o in paced:
+        if o.pace_ms is not None:
+            batch[o.backend] = _batch_row(batch.get(o.backend, _NO_BATCH), o)
+    slopes = {name: sums.curve().slope for name, sums in batch.items()}
+    evidence = RouteEvidence(batch=batch)
     rows: dict[str, list[tuple[Vector, float]]] = {}
     lengths: dict[str, list[tuple[Vector, float]]] = {}
-    for o in observations:
-        if not o.paced:
-            continue
+    for o in paced:
         x = _inputs(o)
+        y = log_pace(o, slopes.get(o.backend, 0.0))
         if x is not None and _regression_row(o, assume):
-            rows.setdefault(o.config, []).append((x, math.log(o.ms_per_token)))
+            rows.setdefault(o.config, []).append((x, y))
             evidence = replace(evidence, **_others(evidence, o))
         else:
-            evidence = add_scalars(evidence, o, assume)
+            evidence = add_scalars(evidence, o, assume, y)
         if x is not None and _length_row(o):
             lengths.setdefault(o.cls, []).append((x, math.log(o.completion_tokens)))
-    batch = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
-    return replace(evidence, greedy=_merge(evidence.greedy, batch),
+    by_config = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
+    return replace(evidence, greedy=_merge(evidence.greedy, by_config),
                    length={cls: Evidence.of(rows) for cls, rows in lengths.items()})
 
 
@@ -177,6 +197,10 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
     """The evidence with one more observation (what the proxy does as records arrive)."""
     if not o.paced:
         return evidence
+    if o.pace_ms is not None:
+        sums = _batch_row(evidence.batch.get(o.backend, _NO_BATCH), o)
+        evidence = replace(evidence, batch={**evidence.batch, o.backend: sums})
+    y = log_pace(o, evidence.batch_curve(o.backend).slope if o.batch > 1.0 else 0.0)
     x = _inputs(o)
     if x is not None and _length_row(o):
         before = evidence.length.get(o.cls, _NO_ROWS)
@@ -184,9 +208,21 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
         evidence = replace(evidence, length=length)
     if x is not None and _regression_row(o, assume):
         before = evidence.greedy.get(o.config, _NO_ROWS)
-        greedy = {**evidence.greedy, o.config: before.plus(x, math.log(o.ms_per_token))}
+        greedy = {**evidence.greedy, o.config: before.plus(x, y)}
         return replace(evidence, greedy=greedy, **_others(evidence, o))
-    return add_scalars(evidence, o, assume)
+    return add_scalars(evidence, o, assume, y)
+
+
+def log_pace(o: Observation, slope: float) -> float:
+    """log(ms per token) of the request as it would have run alone: its batch's cost taken
+    out by its instance's curve (a batch of 1: as measured)."""
+    y = math.log(o.ms_per_token)
+    return y - slope * math.log(o.batch) if o.batch > 1.0 else y
+
+
+def _batch_row(sums: BatchEvidence, o: Observation) -> BatchEvidence:
+    assert o.pace_ms is not None
+    return sums.plus(o.batch, math.log(o.ms_per_token) - math.log(o.pace_ms))
 
 
 def _inputs(o: Observation) -> Vector | None:
@@ -205,14 +241,17 @@ def _regression_row(o: Observation, assume: Assume) -> bool:
     return o.config != PLAIN_CONFIG and o.greedy(assume)
 
 
-def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
+def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume,
+                y: float | None = None) -> RouteEvidence:
+    """`o` into the scalar sums: a plain instance's pace, a config's sampled requests (`y`:
+    its log pace at a batch of 1; None: as measured)."""
     changes = _others(evidence, o)
+    y = math.log(o.ms_per_token) if y is None else y
     if o.config == PLAIN_CONFIG:
-        changes["plain"] = evidence.plain.plus(math.log(o.ms_per_token))
+        changes["plain"] = evidence.plain.plus(y)
     elif not o.greedy(assume):
         before = evidence.sampled.get(o.config, _NO_DATA)
-        changes["sampled"] = {**evidence.sampled,
-                              o.config: before.plus(math.log(o.ms_per_token))}
+        changes["sampled"] = {**evidence.sampled, o.config: before.plus(y)}
     return replace(evidence, **changes)
 
 
@@ -247,6 +286,7 @@ class RouteModel:
         self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
         self.typical_tokens = _typical_tokens(prior, evidence)
         self.length = LengthModel(prior.completion_tokens, evidence.length)
+        self._curves: dict[str, BatchCurve] = {}
 
     def speedup(self, x: Vector, config: str = MTP_CONFIG) -> Prediction:
         """log-speedup of an instance of `config` over plain for a greedy request, with its
@@ -261,6 +301,13 @@ class RouteModel:
         """log-speedup of sampled or thinking requests on `config`: one figure, whatever the
         request."""
         return self.posterior.sampled(self.evidence.sampled.get(config, _NO_DATA).n, config)
+
+    def batch_curve(self, instance: str) -> BatchCurve:
+        """`instance`'s per-token time against the batch it decodes in."""
+        curve = self._curves.get(instance)
+        if curve is None:
+            curve = self._curves[instance] = self.evidence.batch_curve(instance)
+        return curve
 
     def measured(self, config: str) -> int:
         """Served requests on instances of `config` learned from (startup probes included)."""

@@ -34,7 +34,16 @@ from aiohttp import web
 from backends.gauges import EngineLoad
 from backends.spec import BackendSpec
 from backends.upstream import Target
-from policies import IDLE_QUEUE, NOTHING_BEHIND, BackendState, Behind, Queued, Running, queued_work
+from policies import (
+    IDLE_QUEUE,
+    NOTHING_BEHIND,
+    BackendState,
+    Behind,
+    Queued,
+    Running,
+    batch_work,
+    queued_work,
+)
 from router.instances.contention import Contention, ranks, share
 
 # A request's predicted service time, averaged per instance with this weight for the newest: the
@@ -219,8 +228,9 @@ class BackendPool:
                 typical = b.typical_ms or fallback_ms or 0.0
                 running = [*running, *(Running(typical, seen) for seen in b.bypass_seen[:bypass])]
             contended = 0.0 if running or b.spec.name in self._own else self.contention.risk()
-            states.append(self._state(b, b.healthy(now), queued_work(running, now, b.freed_at),
-                                      contended))
+            queued = (batch_work(running, now, b.slots) if b.slots > 1
+                      else queued_work(running, now, b.freed_at))
+            states.append(self._state(b, b.healthy(now), queued, contended))
         return states
 
     def _state(self, b: BackendRuntime, healthy: bool, queued: Queued,
@@ -231,7 +241,8 @@ class BackendPool:
                             tie_rank=self._tie_rank[name], contended=contended,
                             spec=b.spec.spec_key,
                             # read only while requests are on it: built then, not per decision
-                            behind=b.behind() if queued.requests else NOTHING_BEHIND)
+                            behind=b.behind() if queued.requests else NOTHING_BEHIND,
+                            slots=b.slots)
 
     def _idle_states(self) -> dict[str, tuple[BackendState, BackendState]]:
         """Each instance's state while nothing runs on it, (unhealthy, healthy)."""
