@@ -88,6 +88,21 @@ def test_a_speculation_the_engine_cannot_run_is_located(
     assert expected.replace("config.yaml", str(path)) in str(info.value)
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "2.5", '"4"', "true", "four"])
+def test_slots_must_be_a_whole_count_of_at_least_one(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(GOOD.replace("profile: plain,", f"profile: plain, slots: {value},"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}:4: backends.1.slots:" in str(info.value)
+
+
+def test_declared_slots_load(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(GOOD.replace("profile: mtp,", "profile: mtp, slots: 4,"))
+    assert [b.slots for b in load_config(path).backends] == [4, None]
+
+
 def test_a_declared_speculation_loads_with_its_key(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(SPECULATING.replace("ENGINE", "llamacpp").replace(
