@@ -210,7 +210,8 @@ def _status(args: argparse.Namespace, load_config: LoadBackends) -> int:
         known = recorded.get(spec.name, {})
         pid = known.get("pid")
         why = _probe_sync(spec.base_url + ADAPTERS[spec.engine].ready_path)
-        rows[spec.name] = {"name": spec.name, "profile": spec.profile, "engine": spec.engine,
+        rows[spec.name] = {"name": spec.name, "profile": spec.profile, "spec": spec.spec_key,
+                           "engine": spec.engine,
                            "url": spec.base_url, "launched": spec.launch is not None,
                            "pid": pid if pid and _alive(pid) else None, "healthy": not why,
                            "restarts": known.get("restarts", 0), "last_error": why}
@@ -229,7 +230,7 @@ def _probe_sync(url: str, timeout_s: float = 3.0) -> str:
 
 
 def _table(rows: Mapping[str, Mapping[str, Any]]) -> str:
-    columns = ("name", "profile", "engine", "url", "pid", "healthy", "restarts", "last_error")
+    columns = ("name", "spec", "engine", "url", "pid", "healthy", "restarts", "last_error")
     lines = [[str(row.get(column, "") if row.get(column) is not None else "-")
               for column in columns] for row in rows.values()]
     widths = [max(len(column), *(len(line[i]) for line in lines)) for i, column in

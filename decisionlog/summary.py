@@ -38,6 +38,13 @@ def record_profile(record: RouteRecord) -> str:
     return record.outcome.profile or str(record.decision.get("profile") or UNKNOWN)
 
 
+def record_spec(record: RouteRecord) -> str:
+    """The speculation config of the instance that served it (`backends.spec` `spec_key`:
+    `plain` for none, `mtp`, `ngram-simple`, `draft`, ...); a record from before configs were
+    logged names its profile, the shorthand (`mtp`: any instance that speculated)."""
+    return record.outcome.spec or record_profile(record)
+
+
 def record_backend(record: RouteRecord) -> str:
     return record.outcome.backend or str(record.decision.get("backend") or UNKNOWN)
 

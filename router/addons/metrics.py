@@ -6,8 +6,11 @@ Durations are exported in seconds (Prometheus base units); the record's `overhea
 `ttft_ms` are converted. Acceptance is exported two ways: a per-request histogram, and counters of
 drafted and accepted tokens whose rate ratio is the pooled acceptance Grafana plots.
 Labels are positional in the calls below because one of them is named `class`.
-Label values are bounded sets (classes, languages, profiles, configured backends, policy reason
-codes, HTTP statuses, the pools and arms the policy names); free text (error messages) never becomes a label.
+Label values are bounded sets (classes, languages, the configured instances and their speculation
+configs, policy reason codes, HTTP statuses, the pools and arms the policy names); free text (error
+messages) never becomes a label. `spec` is the serving instance's speculation config
+(`backends.spec` `spec_key`: `plain`, `mtp`, `ngram-simple`, `draft`, ...), never the `mtp|plain`
+shorthand, which calls every speculating instance `mtp`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from decisionlog.summary import (
     record_lang,
     record_profile,
     record_reason,
+    record_spec,
     record_tps,
 )
 from router.edge.admin import guard_admin
@@ -50,8 +54,8 @@ class Metrics:
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         ns, reg = namespace, self.registry
         self.requests = Counter(
-            "requests", "Requests by class, language, served profile, backend, reason, status",
-            ["class", "lang", "profile", "backend", "reason", "status"], namespace=ns, registry=reg)
+            "requests", "Requests by class, language, served speculation config, backend, reason, "
+            "status", ["class", "lang", "spec", "backend", "reason", "status"], namespace=ns, registry=reg)
         self.explored = Counter(
             "explored_requests", "Requests routed against the policy to explore, by class",
             ["class"], namespace=ns, registry=reg)
@@ -59,26 +63,26 @@ class Metrics:
             "proxy_overhead_seconds", "Time the proxy itself added to a request",
             namespace=ns, registry=reg, buckets=_OVERHEAD_BUCKETS)
         self.ttft = Histogram(
-            "ttft_seconds", "Time to first token, by served profile and class",
-            ["profile", "class"], namespace=ns, registry=reg, buckets=_TTFT_BUCKETS)
+            "ttft_seconds", "Time to first token, by served speculation config and class",
+            ["spec", "class"], namespace=ns, registry=reg, buckets=_TTFT_BUCKETS)
         self.decode_tps = Histogram(
-            "decode_tokens_per_second", "Decode tokens/s per request, by served profile and class",
-            ["profile", "class"], namespace=ns, registry=reg, buckets=_TPS_BUCKETS)
+            "decode_tokens_per_second", "Decode tokens/s per request, by served speculation config and "
+            "class", ["spec", "class"], namespace=ns, registry=reg, buckets=_TPS_BUCKETS)
         self.completion_tokens = Counter(
-            "completion_tokens", "Completion tokens, by served profile and class",
-            ["profile", "class"], namespace=ns, registry=reg)
+            "completion_tokens", "Completion tokens, by served speculation config and class",
+            ["spec", "class"], namespace=ns, registry=reg)
         self.acceptance = Histogram(
-            "acceptance_ratio", "Per-request draft acceptance on mtp, by class",
+            "acceptance_ratio", "Per-request draft acceptance where drafts were verified, by class",
             ["class"], namespace=ns, registry=reg, buckets=_ACCEPTANCE_BUCKETS)
         self.draft_tokens = Counter(
-            "draft_tokens", "Drafted tokens verified on mtp, by class",
+            "draft_tokens", "Drafted tokens verified, by class",
             ["class"], namespace=ns, registry=reg)
         self.draft_accepted = Counter(
-            "draft_accepted_tokens", "Drafted tokens accepted on mtp, by class",
+            "draft_accepted_tokens", "Drafted tokens accepted, by class",
             ["class"], namespace=ns, registry=reg)
         self.backend_healthy = Gauge(
             "backend_healthy", "1 when the backend passes its health probe, else 0",
-            ["backend", "profile"], namespace=ns, registry=reg)
+            ["backend", "spec"], namespace=ns, registry=reg)
         self.backend_restarts = Counter(
             "backend_restarts", "Restarts of supervised backends",
             ["backend"], namespace=ns, registry=reg)
@@ -139,22 +143,22 @@ class Metrics:
         return child
 
     def observe(self, record: RouteRecord) -> None:
-        cls, profile = record_class(record), record_profile(record)
+        cls, spec = record_class(record), record_spec(record)
         outcome = record.outcome
         self._child(
-            self.requests, cls, record_lang(record), profile, record_backend(record),
+            self.requests, cls, record_lang(record), spec, record_backend(record),
             record_reason(record), str(outcome.status or "none"),
         ).inc()
         if record.decision.get("explored"):
             self._child(self.explored, cls).inc()
         self.overhead.observe(max(record.overhead_ms, 0.0) / 1000.0)
         if outcome.ttft_ms is not None:
-            self._child(self.ttft, profile, cls).observe(outcome.ttft_ms / 1000.0)
+            self._child(self.ttft, spec, cls).observe(outcome.ttft_ms / 1000.0)
         tps = record_tps(record)
         if tps is not None:
-            self._child(self.decode_tps, profile, cls).observe(tps)
+            self._child(self.decode_tps, spec, cls).observe(tps)
         if outcome.completion_tokens:
-            self._child(self.completion_tokens, profile, cls).inc(outcome.completion_tokens)
+            self._child(self.completion_tokens, spec, cls).inc(outcome.completion_tokens)
         acceptance = record.acceptance
         if acceptance is not None:
             self._child(self.acceptance, cls).observe(acceptance)
@@ -162,11 +166,11 @@ class Metrics:
             self._child(self.draft_accepted, cls).inc(outcome.draft_accepted or 0)
         for source in outcome.failover_from:
             self.inc_failover(source, record_backend(record))
-        pool = str(record.decision.get("pool") or profile)
+        pool = str(record.decision.get("pool") or record_profile(record))
         self._child(self.arm_requests, cls, pool, str(record.decision.get("arm") or pool)).inc()
 
-    def set_backend_health(self, name: str, profile: str, healthy: bool) -> None:
-        self.backend_healthy.labels(backend=name, profile=profile).set(1 if healthy else 0)
+    def set_backend_health(self, name: str, spec: str, healthy: bool) -> None:
+        self.backend_healthy.labels(backend=name, spec=spec).set(1 if healthy else 0)
 
     def inc_backend_restart(self, name: str) -> None:
         self.backend_restarts.labels(backend=name).inc()
@@ -223,7 +227,7 @@ class MetricsAddon(Addon):
         metrics, now = self.metrics, app[DEPS].clock()
         for backend in app[POOL].describe(now):
             metrics.set_backend_health(
-                str(backend["name"]), str(backend["profile"]), bool(backend["healthy"])
+                str(backend["name"]), str(backend["speculation"]), bool(backend["healthy"])
             )
         supervisor = app.get(SUPERVISOR)
         for name, status in (supervisor.statuses() if supervisor is not None else {}).items():

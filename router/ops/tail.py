@@ -21,8 +21,8 @@ from decisionlog.summary import (
     record_backend,
     record_class,
     record_lang,
-    record_profile,
     record_reason,
+    record_spec,
     record_tps,
     summarize,
 )
@@ -51,11 +51,12 @@ class RecordFilter:
 
 
 def format_record(record: RouteRecord) -> str:
-    """time, class/lang, served profile and reason, backend, TTFT, tokens, tokens/s, acceptance"""
+    """time, class/lang, the serving instance's speculation config and the reason, backend,
+    TTFT, tokens, tokens/s, acceptance"""
     outcome = record.outcome
     clock = record.ts[11:19] if len(record.ts) >= 19 else record.ts
     reason = record_reason(record) + ("*" if record.decision.get("explored") else "")
-    route = f"{record_profile(record):<5} {reason:<15.15}"
+    route = f"{record_spec(record):<12} {reason:<15.15}"
     parts = [
         clock,
         f"{record_class(record) + '/' + record_lang(record):<16.16}",
@@ -83,11 +84,11 @@ def _num(value: float | None, pattern: str) -> str:
 
 
 def format_summary(summaries: Iterable[GroupSummary], stats: ReadStats, window: int) -> list[str]:
-    """The live per-class block: requests, share to mtp, acceptance, tokens/s, measured and
-    predicted speedup."""
+    """The live per-class block: requests, share to the speculating instances, acceptance,
+    tokens/s (speculating, plain), measured and predicted speedup."""
     rows = list(summaries)
     header = (
-        f"{'class':<14} {'reqs':>6} {'->mtp':>6} {'acc':>5} {'mtp tok/s':>10} "
+        f"{'class':<14} {'reqs':>6} {'->spec':>6} {'acc':>5} {'spec tok/s':>10} "
         f"{'plain tok/s':>12} {'speedup':>8} {'pred':>6}"
     )
     lines = [f"-- per class, last {window} requests " + "-" * 40, header]

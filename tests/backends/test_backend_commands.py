@@ -61,6 +61,7 @@ def _check_detached(tmp_path: Path, config: Path, up: subprocess.CompletedProces
     rows = json.loads(status.stdout)
     assert {name: (row["healthy"], row["pid"]) for name, row in rows.items()} == {
         "a": (True, pids["a"]), "b": (True, pids["b"])}
+    assert {row["spec"] for row in rows.values()} == {"plain"}
 
     # a backend killed behind the supervisor's back is restarted and its new PID recorded
     os.kill(pids["a"], signal.SIGKILL)
@@ -76,6 +77,7 @@ def _check_detached(tmp_path: Path, config: Path, up: subprocess.CompletedProces
 
     after = cli(tmp_path, "status", "--config", str(config))
     assert after.returncode == 1 and "False" in after.stdout
+    assert after.stdout.split()[:3] == ["name", "spec", "engine"]  # the config, not `profile`
     assert "nothing to stop" in cli(tmp_path, "down", "--config", str(config)).stdout
 
 

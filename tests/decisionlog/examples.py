@@ -28,7 +28,9 @@ def make_record(
     overhead_ms: float = 0.8,
     failover_from: tuple[str, ...] = (),
     p_spec: float = 0.7,
+    spec: str = "",
 ) -> RouteRecord:
+    """One record; `spec` '' writes it as records before speculation configs were logged."""
     backend = backend if backend is not None else f"{profile}-0"
     decision: dict[str, Any] = {"profile": profile, "backend": backend, "reason": reason,
                                 "rule": "routes.x", "explored": explored, "speedup": speedup,
@@ -38,7 +40,7 @@ def make_record(
         conversation="c", features={"n_tools": 0},
         classifier={"class": cls, "lang": lang, "scores": {cls: 1.0}, "artifact": "rules"},
         decision=decision,
-        outcome=Outcome(status=status, error=error, backend=backend, profile=profile,
+        outcome=Outcome(status=status, error=error, backend=backend, profile=profile, spec=spec,
                         ttft_ms=ttft_ms, total_ms=1000.0, completion_tokens=tokens,
                         decode_tps=tps, draft_n=draft_n, draft_accepted=accepted,
                         failover_from=failover_from),

@@ -105,8 +105,8 @@ function render(data) {
                      r.matched_speedup === null ? "–" : fmt(r.matched_speedup, 3) + "×",
                      r.predicted_speedup === null ? "–" : fmt(r.predicted_speedup, 3) + "×",
                      pct(r.gate_skip)]));
-  table("backends", ["backend", "profile", "health", "in flight", "restarts"],
-    data.backends.map((b) => [b.name, b.profile,
+  table("backends", ["backend", "speculation", "health", "in flight", "restarts"],
+    data.backends.map((b) => [b.name, b.speculation ?? b.profile,
       { text: b.healthy ? "healthy" : "DOWN", cls: b.healthy ? "ok" : "bad" },
       b.inflight ?? "–", b.restarts ?? "–"]));
   table("arms", ["class", "arm (pool + rewrite)", "requests", "share", "decode tok/s",
@@ -117,7 +117,7 @@ function render(data) {
     ["time", "class", "lang", "route", "reason", "backend", "status", "TTFT ms", "tokens",
      "tok/s", "acceptance", "p_spec"],
     data.recent.map((r) => [r.ts.slice(11, 19), r.class, r.lang,
-      (r.pool === r.profile ? r.pool : `${r.pool} (${r.profile})`) +
+      (r.pool === r.spec ? r.pool : `${r.pool} (${r.spec})`) +
         (r.rewrite ? ` + ${r.rewrite}` : "") + (r.explored ? "*" : ""), r.reason, r.backend, r.status, fmt(r.ttft_ms, 0),
       r.tokens ?? "–", fmt(r.tps, 1), fmt(r.acceptance, 2), fmt(r.p_spec, 2)]));
   document.getElementById("gain-note").textContent =

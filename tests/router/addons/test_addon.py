@@ -75,13 +75,13 @@ async def test_metrics_read_backend_health_and_restarts_when_scraped(
     ) as response:
         assert response.status == 200
     metrics = await _get(f"http://127.0.0.1:{stack.proxy.port}/metrics")
-    assert 'specroute_backend_healthy{backend="mtp-0",profile="mtp"} 1.0' in metrics
-    assert 'specroute_backend_healthy{backend="plain-0",profile="plain"} 1.0' in metrics
+    assert 'specroute_backend_healthy{backend="mtp-0",spec="mtp"} 1.0' in metrics
+    assert 'specroute_backend_healthy{backend="plain-0",spec="plain"} 1.0' in metrics
     assert "specroute_requests_total{" in metrics
     await stack.mtp_server.close()
     for _ in range(200):  # bounded: the supervisor probes every 0.05 s
         metrics = await _get(f"http://127.0.0.1:{stack.proxy.port}/metrics")
-        if 'specroute_backend_healthy{backend="mtp-0",profile="mtp"} 0.0' in metrics:
+        if 'specroute_backend_healthy{backend="mtp-0",spec="mtp"} 0.0' in metrics:
             break
         await asyncio.sleep(0.05)
-    assert 'specroute_backend_healthy{backend="mtp-0",profile="mtp"} 0.0' in metrics
+    assert 'specroute_backend_healthy{backend="mtp-0",spec="mtp"} 0.0' in metrics

@@ -66,7 +66,8 @@ async def _real_run(aiohttp_server: ServerFactory, tmp_path: Path) -> tuple[Stac
 def _status(stack: Stack, records: list[RouteRecord]) -> dict[str, Any]:
     """Backends from the run's config; the speedup model as the proxy reports it."""
     return {
-        "backends": [{"name": b.name, "profile": b.profile, "healthy": b.profile == "mtp",
+        "backends": [{"name": b.name, "profile": b.profile, "speculation": b.spec_key,
+                      "healthy": b.profile == "mtp",
                       "inflight": 0, "restarts": 0} for b in stack.config.backends],
         "speedup_model": model_status(stack.proxy.app[ONLINE].model),
     }

@@ -40,26 +40,44 @@ def test_observe_counts_requests_and_fills_histograms() -> None:
     metrics.observe(make_record(cls="chat", profile="plain", reason="sampled", status=502,
                                 error="boom", tps=None, tokens=None, ttft_ms=None))
     s = _samples(metrics)
-    assert _get(s, "specroute_requests_total", **{"class": "code"}, lang="en", profile="mtp",
+    assert _get(s, "specroute_requests_total", **{"class": "code"}, lang="en", spec="mtp",
                 backend="mtp-0", reason="learned", status="200") == 2
-    assert _get(s, "specroute_requests_total", **{"class": "chat"}, lang="en", profile="plain",
+    assert _get(s, "specroute_requests_total", **{"class": "chat"}, lang="en", spec="plain",
                 backend="plain-0", reason="sampled", status="502") == 1
     assert _get(s, "specroute_explored_requests_total", **{"class": "code"}) == 1
     assert _get(s, "specroute_proxy_overhead_seconds_count") == 3
     assert _get(s, "specroute_proxy_overhead_seconds_bucket", le="0.001") == 3
-    assert _get(s, "specroute_ttft_seconds_bucket", profile="mtp", **{"class": "code"},
+    assert _get(s, "specroute_ttft_seconds_bucket", spec="mtp", **{"class": "code"},
                 le="0.25") == 2
-    assert _get(s, "specroute_ttft_seconds_bucket", profile="mtp", **{"class": "code"},
+    assert _get(s, "specroute_ttft_seconds_bucket", spec="mtp", **{"class": "code"},
                 le="0.1") == 0
-    assert _get(s, "specroute_decode_tokens_per_second_sum", profile="mtp",
+    assert _get(s, "specroute_decode_tokens_per_second_sum", spec="mtp",
                 **{"class": "code"}) == pytest.approx(25.0)
-    assert _get(s, "specroute_completion_tokens_total", profile="mtp", **{"class": "code"}) == 150
+    assert _get(s, "specroute_completion_tokens_total", spec="mtp", **{"class": "code"}) == 150
     assert _get(s, "specroute_draft_tokens_total", **{"class": "code"}) == 40
     assert _get(s, "specroute_draft_accepted_tokens_total", **{"class": "code"}) == 24
     assert _get(s, "specroute_acceptance_ratio_bucket", **{"class": "code"}, le="0.5") == 1
     assert _get(s, "specroute_acceptance_ratio_count", **{"class": "code"}) == 2
-    assert ("specroute_ttft_seconds_count", (("class", "chat"), ("profile", "plain"))) not in s
+    assert ("specroute_ttft_seconds_count", (("class", "chat"), ("spec", "plain"))) not in s
     assert _get(s, "specroute_arm_requests_total", **{"class": "code"}, pool="mtp", arm="mtp") == 2
+
+
+def test_labels_name_the_speculation_config_not_the_shorthand() -> None:
+    """An n-gram instance's profile is the shorthand `mtp`; its series say `ngram-simple`. A
+    record from before configs were logged counts under its profile."""
+    metrics = Metrics()
+    metrics.observe(make_record(backend="ngram-0", profile="mtp", spec="ngram-simple", tps=30.0))
+    metrics.observe(make_record(backend="mtp-0", profile="mtp"))
+    metrics.set_backend_health("ngram-0", "ngram-simple", True)
+    s = _samples(metrics)
+    assert _get(s, "specroute_requests_total", **{"class": "code"}, lang="en",
+                spec="ngram-simple", backend="ngram-0", reason="learned", status="200") == 1
+    assert _get(s, "specroute_requests_total", **{"class": "code"}, lang="en", spec="mtp",
+                backend="mtp-0", reason="learned", status="200") == 1
+    assert _get(s, "specroute_decode_tokens_per_second_sum", spec="ngram-simple",
+                **{"class": "code"}) == pytest.approx(30.0)
+    assert _get(s, "specroute_backend_healthy", backend="ngram-0", spec="ngram-simple") == 1
+    assert not any(label == "profile" for _, labels in s for label, _ in labels)
 
 
 def test_arms_beyond_mtp_and_plain_are_counted() -> None:
@@ -84,8 +102,8 @@ def test_events_backend_health_restarts_failovers_reloads_model_speedup() -> Non
     metrics.policy_reload(False)
     metrics.set_model_speedup("code", 1.042)
     s = _samples(metrics)
-    assert _get(s, "specroute_backend_healthy", backend="mtp-0", profile="mtp") == 1
-    assert _get(s, "specroute_backend_healthy", backend="plain-0", profile="plain") == 0
+    assert _get(s, "specroute_backend_healthy", backend="mtp-0", spec="mtp") == 1
+    assert _get(s, "specroute_backend_healthy", backend="plain-0", spec="plain") == 0
     assert _get(s, "specroute_backend_restarts_total", backend="plain-0") == 1
     assert _get(s, "specroute_failovers_total", from_backend="mtp-0", to_backend="plain-0") == 1
     assert _get(s, "specroute_policy_reloads_total", result="ok") == 2

@@ -28,6 +28,17 @@ def test_format_record_shows_one_readable_line() -> None:
     assert "\n" not in line
 
 
+def test_format_record_names_the_speculation_config() -> None:
+    """An n-gram instance's profile is `mtp` (the shorthand for any instance that speculates);
+    its line says `ngram-simple`. A record from before configs were logged shows its profile."""
+    ngram = format_record(make_record(backend="ngram-0", profile="mtp", spec="ngram-simple"))
+    assert "ngram-simple" in ngram.split() and "mtp" not in ngram.split()
+    plain = format_record(make_record(profile="plain", spec="plain"))
+    assert "plain" in plain.split()
+    older = format_record(make_record(profile="mtp"))
+    assert "mtp" in older.split()
+
+
 def test_format_record_shows_failures_and_missing_values() -> None:
     record = make_record(profile="plain", status=502, error="backend died", tps=None,
                          tokens=None, ttft_ms=None, failover_from=("mtp-0",))
