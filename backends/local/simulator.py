@@ -18,8 +18,21 @@ anything else is deterministic words (`simreply`). It is paced by one of three d
   it decodes at plain pace plus the lookup's small overhead (`lookup_share` of a plain step).
   Acceptance thus follows how much of the answer is in the prompt.
 
+An instance serves one request at a time (`serial`, as ds4) or each on its own at full pace, or,
+with `slots` > 1, batches continuously as llama-server, vLLM and SGLang do (`simbatch`): up to
+`slots` requests decode at once, the rest wait first come first served, and `/metrics` counts
+them as llama-server's gauges do (processing, deferred); `/props` reports `total_slots`. At a
+batch of b, a step's plain part costs `1 + batch_cost * (b - 1)` times its cost alone and
+speculation's extra part (the draft, the verify's rows past the first) `1 + verify_batch_cost *
+(b - 1)` times (`CostModel.at_batch`): the batch's rows fill the machine's compute, and
+verifying drafts stops being nearly free, so that speculation's gain fades as the batch grows
+and goes below 1 past some batch (the earlier, the less a class's drafts are accepted). Two
+presets: `gpu-batch`, nearly flat (`batch_cost` 0.04: a GPU's decode is memory-bound at small
+batches), and `cpu-batch`, near-linear (0.88: a CPU is compute-bound already at one request).
+
 It reports llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`; the n-gram instance only
-when it drafted, as llama.cpp) and OpenAI `usage`.
+when it drafted, as llama.cpp) and OpenAI `usage`. A batching instance's `predicted_ms` is the
+time its steps really took in the batch, as llama.cpp's.
 
 Scripted faults let tests exercise failover: refuse, fail with a status before any byte,
 die after N chunks, delay the first byte, hang.
@@ -33,11 +46,12 @@ import json
 import random
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from aiohttp import web
 
+from backends.local.simbatch import Batcher, Pacer
 from backends.local.simreply import Lookup, accepted, edit_of, prompt_text, tokenize
 
 WORDS = ["the", "of", "and", "to", "in", "is", "for", "that", "on", "with", "as", "by", "this", "are", "be", "from", "at", "it", "an", "or", "which", "can", "model", "token", "decode", "draft", "verify", "cycle", "cache", "speculative", "request", "route", "backend", "plain"]
@@ -56,6 +70,11 @@ class CostModel:
     # ngram-simple decoded a short story at 66.5 ms/token against plain's 64.9 on 2 cores.
     t_row_ms: float = 0.0
     lookup_share: float = 0.025
+    # At a batch of b requests decoding at once (`SimState.slots` > 1): a step's plain part
+    # costs 1 + batch_cost * (b - 1) times its cost alone, speculation's extra part
+    # 1 + verify_batch_cost * (b - 1) times (`at_batch`)
+    batch_cost: float = 0.0
+    verify_batch_cost: float = 0.0
 
     @property
     def row_ms(self) -> float:
@@ -66,6 +85,12 @@ class CostModel:
         the rows, linearly at `row_ms` each past the first (a 2-row verify is `t_verify`
         unless `t_row_ms` says otherwise)."""
         return self.t_plain_ms + max(0, rows - 1) * self.row_ms
+
+    def at_batch(self, base: float, extra: float, batch: float) -> float:
+        """What a step (or a whole decode) costing `base` of plain work and `extra` of
+        speculation's extra work alone costs at `batch` requests decoding at once (any unit)."""
+        over = max(batch, 1.0) - 1.0
+        return base * (1.0 + self.batch_cost * over) + extra * (1.0 + self.verify_batch_cost * over)
 
 
 # Machines whose step costs differ from the GB10's, so that a learner is tried on machines its
@@ -79,7 +104,12 @@ class CostModel:
 # - `cpu-pair`: like the README's llama.cpp pair on 2 CPU cores (no margin gate, a verify ~2.8
 #   plain steps with the draft model's time in it), at the GB10's pace: speculation loses on
 #   every class. Without a draft model a verify costs a quarter of a plain step per extra row
-#   (`t_row_ms`: ngram-simple returned a renamed module at 20.6 ms/token against plain's 68.1).
+#   (`t_row_ms`: ngram-simple returned a renamed module at 20.6 ms/token against plain's 68.1);
+# - `gpu-batch`: a GPU that batches (slots > 1): verifying alone is cheap (mtp 1.14-1.30x plain),
+#   a batch of 8 costs 1.28x a step alone, the extra rows 4.5x theirs: speculation's gain is gone
+#   at about 3 requests at once on chat, 6 on agent work;
+# - `cpu-batch`: a CPU that batches: a batch of 4 costs 3.6x a step alone (issue 50's llama-server
+#   on 2 threads), the extra rows 7x theirs: mtp's 1.15-1.31x alone fades to 1.02-1.16x at 4.
 MACHINES: Final[Mapping[str, CostModel]] = {
     "gb10": CostModel(),
     "gb10-like": CostModel(t_plain_ms=25.0, t_verify_ms=39.7, t_draft_ms=1.5, gate_skip=0.44),
@@ -87,6 +117,10 @@ MACHINES: Final[Mapping[str, CostModel]] = {
     "cheap-verify": CostModel(t_plain_ms=40.0, t_verify_ms=48.0, t_draft_ms=2.0, gate_skip=0.44),
     "cpu-pair": CostModel(t_plain_ms=70.0, t_verify_ms=195.0, t_draft_ms=0.0, gate_skip=0.0,
                           t_row_ms=17.5),
+    "gpu-batch": CostModel(t_plain_ms=25.0, t_verify_ms=30.0, t_draft_ms=1.5, gate_skip=0.44,
+                           batch_cost=0.04, verify_batch_cost=0.5),
+    "cpu-batch": CostModel(t_plain_ms=30.0, t_verify_ms=36.0, t_draft_ms=1.5, gate_skip=0.44,
+                           batch_cost=0.88, verify_batch_cost=2.0),
 }
 
 
@@ -131,11 +165,20 @@ class SimState:
     serial: bool = False
     greedy_only: bool = False
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # requests decoded at once, batched continuously (`simbatch`; the cost model's curves); the
+    # rest wait their turn. 1: not a batching instance, as above (`serial` or each on its own)
+    slots: int = 1
+    batcher: Batcher = field(default_factory=Batcher)
     busy_s: float = 0.0  # time spent serving (paced), for utilisation figures
     serving: int = 0  # requests past the queue (the rest of `inflight` wait their turn)
     # What /metrics says of the queue, as llama-server's gauges: "true"; or a lie for fault
     # tests: "negative", "garbage" (not a number), "slow" (answers after 5 s), "none" (absent)
     gauges: str = "true"
+
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slots, int) or self.slots < 1:
+            raise ValueError(f"slots must be a positive integer, not {self.slots!r}")
 
 
 SIM_STATE = web.AppKey("sim_state", SimState)
@@ -146,6 +189,7 @@ def create_sim_app(state: SimState) -> web.Application:
     app[SIM_STATE] = state
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/props", _props)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _generate)
     app.router.add_post("/v1/completions", _generate)
@@ -168,6 +212,12 @@ async def _metrics(request: web.Request) -> web.Response:
         f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{state.model}"}} {state.accepted_total}.0\n'
     ) + await _gauges(state)
     return web.Response(text=text, content_type="text/plain")
+
+
+async def _props(request: web.Request) -> web.Response:
+    """llama-server's `/props`, the part that says how many requests it serves at once."""
+    state = request.app[SIM_STATE]
+    return web.json_response({"total_slots": state.slots, "model_alias": state.model})
 
 
 async def _gauges(state: SimState) -> str:
@@ -234,6 +284,9 @@ async def _generate(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(fault.delay_s if fault.kind == "delay" else 3600)
     state.inflight += 1
     try:
+        if state.slots > 1:
+            async with state.batcher.slot(state.slots):
+                return await _serve(request, state, body, fault)
         if state.serial:
             async with state.turn:
                 return await _serve(request, state, body, fault)
@@ -255,9 +308,14 @@ async def _serve(
         plan = _plan(state, body)
         state.drafted_total += plan.draft_n
         state.accepted_total += plan.accepted
+        pacer = Pacer(state.batcher, state.cost, state.time_scale) if state.slots > 1 else None
         if body.get("stream"):
-            return await _stream(request, state, body, plan, fault)
-        await asyncio.sleep(plan.total_s * state.time_scale)
+            return await _stream(request, state, body, plan, fault, pacer)
+        if pacer is None:
+            await asyncio.sleep(plan.total_s * state.time_scale)
+        else:
+            await pacer.steps(plan.step_s, plan.extra_s)
+            plan = replace(plan, step_s=tuple(pacer.spent_s))
         return web.json_response(_full_response(request.path, state, body, plan))
     finally:
         state.serving -= 1
@@ -272,6 +330,9 @@ class _Plan:
     accepted: int
     prompt_tokens: int = 8
     verifies: int | None = None  # verify cycles (None: one per drafted token, as MTP-1)
+    # the part of each step that is speculation's extra work (the draft, the verify's rows
+    # past the first), timed apart in a batch (`CostModel.at_batch`); (): none
+    extra_s: tuple[float, ...] = ()
 
     @property
     def total_s(self) -> float:
@@ -305,19 +366,24 @@ def _plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
         return _Plan(tokens, tuple([cost.t_plain_ms / 1000] * n), 0, 0, prompt)
     acceptance = state.acceptance.get(state.class_of(body), state.default_acceptance)
     steps: list[float] = []
+    extra: list[float] = []
     draft_n = accepted_n = 0
     while len(steps) < n:
         if rng.random() < cost.gate_skip:
             steps.append((cost.t_plain_ms + cost.t_draft_ms) / 1000)
+            extra.append(cost.t_draft_ms / 1000)
             continue
         draft_n += 1
         cycle = (cost.t_verify_ms + cost.t_draft_ms) / 1000
+        over = cycle - cost.t_plain_ms / 1000
         if rng.random() < acceptance and len(steps) + 2 <= n:
             accepted_n += 1
             steps += [cycle, 0.0]  # two tokens from one verify
+            extra += [over, 0.0]
         else:
             steps.append(cycle)
-    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt)
+            extra.append(over)
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt, extra_s=tuple(extra[:n]))
 
 
 def _ngram_plan(state: SimState, body: Mapping[str, Any], tokens: tuple[str, ...],
@@ -329,12 +395,14 @@ def _ngram_plan(state: SimState, body: Mapping[str, Any], tokens: tuple[str, ...
     lookup = Lookup(tokenize(prompt_text(body)), state.ngram_match)
     overhead = cost.t_plain_ms * cost.lookup_share
     steps: list[float] = []
+    extra: list[float] = []
     draft_n = accepted_n = verifies = 0
     at = 0
     while at < n:
         draft = lookup.draft(tokens, at, min(state.depth, n - at - 1))
         if not draft:
             steps.append((cost.t_plain_ms + overhead) / 1000)
+            extra.append(0.0)
             at += 1
             continue
         took = accepted(draft, tokens, at)
@@ -342,8 +410,10 @@ def _ngram_plan(state: SimState, body: Mapping[str, Any], tokens: tuple[str, ...
         draft_n += len(draft)
         accepted_n += took
         steps += [(cost.verify_ms(len(draft) + 1) + overhead) / 1000] + [0.0] * took
+        extra += [len(draft) * cost.row_ms / 1000] + [0.0] * took
         at += took + 1
-    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt, verifies)
+    return _Plan(tokens, tuple(steps[:n]), draft_n, accepted_n, prompt, verifies,
+                 tuple(extra[:n]))
 
 
 def decode_plan(state: SimState, body: Mapping[str, Any]) -> _Plan:
@@ -418,7 +488,8 @@ def _with_stats(
 
 
 async def _stream(
-    request: web.Request, state: SimState, body: Mapping[str, Any], plan: _Plan, fault: Fault | None
+    request: web.Request, state: SimState, body: Mapping[str, Any], plan: _Plan, fault: Fault | None,
+    pacer: Pacer | None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
@@ -431,11 +502,16 @@ async def _stream(
             assert request.transport is not None
             request.transport.close()
             return response
-        # Sleep to an absolute schedule so that timer overhead does not accumulate per token.
-        due += delay * state.time_scale
-        if due > loop.time():
-            await asyncio.sleep(due - loop.time())
+        if pacer is not None:
+            await pacer.step(delay, plan.extra_s[index] if plan.extra_s else 0.0)
+        else:
+            # Sleep to an absolute schedule so that timer overhead does not accumulate per token.
+            due += delay * state.time_scale
+            if due > loop.time():
+                await asyncio.sleep(due - loop.time())
         await response.write(_sse(_chunk(chat, state, token, None)))
+    if pacer is not None:
+        plan = replace(plan, step_s=tuple(pacer.spent_s))
     final = _with_stats(_chunk(chat, state, "", "stop"), state, body, plan)
     await response.write(_sse(final))
     options = body.get("stream_options")
