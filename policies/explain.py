@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 import numpy as np
 
 from classifiers.features import Features
 from classifiers.scores import CLASSES, Scores
 from policies.decision.decide import Decision
+from policies.learner.batch import PRIOR_CURVE, BatchCurve, BatchEvidence
 from policies.learner.learned import Belief, CostFit, LearnedState, acceptance_for_speedup
 from policies.learner.pace import Pace, paces, prior_note
-from policies.learner.routemodel import RouteModel
+from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
 from policies.learner.speedup import CLASS_INPUTS, INPUTS, MTP_CONFIG, Vector, class_inputs
 from policies.policyfile.machine import MachinePrior
 from policies.policyfile.pools import PoolRoute, route_text
@@ -109,7 +111,45 @@ def describe_model(model: RouteModel, configs: Iterable[str] = ()) -> list[str]:
     ]
     for pace in measured[1:]:
         lines += _config_lines(model, pace.profile)
+    return lines + _batch_lines(model)
+
+
+# The batches `policy explain` shows each instance's per-token time at.
+SHOWN_BATCHES: Final = (1, 2, 4, 8)
+
+
+def _batch_lines(model: RouteModel) -> list[str]:
+    """Each instance's per-token time against its batch, and each speculation config's batch
+    term: how its instances' slope differs from the plain instances' (its gain fading, < 0)."""
+    curves = {name: model.batch_curve(name) for name in sorted(model.evidence.batch)}
+    measured = {name: c for name, c in curves.items() if c.measured}
+    if not measured:
+        return [("  per-token time against the batch: no record ran in a batch above 1 yet"
+                f" (prior: x b^{PRIOR_CURVE.slope:.2f} ± {PRIOR_CURVE.sd:.2f})")]
+    lines = ["  per-token time against the batch it decodes in (x its time alone, b^slope):"]
+    for name, c in measured.items():
+        shown = ", ".join(f"x{c.factor(b):.2f} at {b}" for b in SHOWN_BATCHES)
+        lines.append(f"    {name:<18} {shown} (slope {c.slope:.2f} ± {c.sd:.2f}, n={c.n})")
+    terms = batch_terms(model.evidence.batch, measured)
+    if terms:
+        lines.append("  speedup's batch term (config's slope less plain's; < 0: its gain fades): "
+                     + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(terms.items())))
     return lines
+
+
+def batch_terms(sums: Mapping[str, BatchEvidence],
+                curves: Mapping[str, BatchCurve]) -> dict[str, float]:
+    """Per speculation config, the mean slope of its instances less the plain instances'."""
+    by_config: dict[str, list[float]] = {}
+    for name, curve in curves.items():
+        config = sums[name].config if name in sums else ""
+        if config:
+            by_config.setdefault(config, []).append(curve.slope)
+    plain = by_config.pop(PLAIN_CONFIG, None)
+    if not plain:
+        return {}
+    base = sum(plain) / len(plain)
+    return {config: sum(slopes) / len(slopes) - base for config, slopes in by_config.items()}
 
 
 def _config_lines(model: RouteModel, config: str) -> list[str]:
@@ -222,7 +262,9 @@ def describe_request(
         lines.append(f"  predicted mtp speedup {decision.speedup:.3f} (1-sd range {lo:.3f} to"
                      f" {hi:.3f}{pays}); expected reply {decision.tokens:.0f} tokens")
     for name, finish in sorted(decision.finish_ms.items(), key=lambda kv: kv[1]):
-        lines.append(f"  predicted finish on {name}: {finish:.0f} ms")
+        batch = decision.batches.get(name, 1)
+        joined = f" (decoding in a batch of {batch})" if batch > 1 else ""
+        lines.append(f"  predicted finish on {name}: {finish:.0f} ms{joined}")
     return lines
 
 

@@ -73,6 +73,8 @@ class Decision:
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
     pace_ms: float = 0.0  # its predicted ms per token there alone (what its batch is learned against)
     batch: int = 1  # the batch it was predicted to decode in there, itself included
+    # instance -> the batch it would decode in there, where that is above 1 (not logged)
+    batches: dict[str, int] = field(default_factory=dict, compare=False)
     speedups: dict[str, float] = field(default_factory=dict)  # config -> predicted speedup
     # the route model's inputs the speedups and the length were predicted from (None: none
     # were), packed; not logged: the record carries them to the learner, which need not build
@@ -154,6 +156,7 @@ def place(
         speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
         pace_ms=chosen.pace_ms, batch=chosen.batch,
+        batches={c.name: c.batch for c in candidates if c.batch > 1},
         speedups={k: d.prediction.speedup for k, d in sorted(speedups.items())},
         inputs=array("d", x.tobytes()),
     )

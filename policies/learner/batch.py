@@ -44,23 +44,24 @@ class BatchEvidence:
     uu: float = 0.0
     y: float = 0.0
     uy: float = 0.0
+    config: str = ""  # the instance's speculation config, as its records name it
 
-    def plus(self, batch: float, residual: float) -> BatchEvidence:
+    def plus(self, batch: float, residual: float, config: str = "") -> BatchEvidence:
         u = math.log(max(batch, 1.0))
         return BatchEvidence(self.n + 1, self.u + u, self.uu + u * u, self.y + residual,
-                             self.uy + u * residual)
+                             self.uy + u * residual, config or self.config)
 
     def merged(self, other: BatchEvidence) -> BatchEvidence:
         return BatchEvidence(self.n + other.n, self.u + other.u, self.uu + other.uu,
-                             self.y + other.y, self.uy + other.uy)
+                             self.y + other.y, self.uy + other.uy, other.config or self.config)
 
-    def as_json(self) -> list[float]:
-        return [self.n, self.u, self.uu, self.y, self.uy]
+    def as_json(self) -> list[float | str]:
+        return [self.n, self.u, self.uu, self.y, self.uy, self.config]
 
     @classmethod
     def from_json(cls, raw: Any) -> BatchEvidence:
-        n, u, uu, y, uy = raw
-        return cls(int(n), float(u), float(uu), float(y), float(uy))
+        n, u, uu, y, uy, config = raw
+        return cls(int(n), float(u), float(uu), float(y), float(uy), str(config))
 
     def curve(self) -> BatchCurve:
         """The slope's posterior (a two-parameter Bayesian regression, intercept and slope)."""

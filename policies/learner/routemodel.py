@@ -222,7 +222,7 @@ def log_pace(o: Observation, slope: float) -> float:
 
 def _batch_row(sums: BatchEvidence, o: Observation) -> BatchEvidence:
     assert o.pace_ms is not None
-    return sums.plus(o.batch, math.log(o.ms_per_token) - math.log(o.pace_ms))
+    return sums.plus(o.batch, math.log(o.ms_per_token) - math.log(o.pace_ms), o.config)
 
 
 def _inputs(o: Observation) -> Vector | None:

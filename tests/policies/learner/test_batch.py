@@ -67,3 +67,20 @@ def test_records_without_a_batch_are_learned_as_before_and_the_sums_survive_json
     again = RouteEvidence.from_json(json.loads(json.dumps(batched.as_json())))
     assert again.batch == batched.batch
     assert RouteEvidence.from_json({**evidence.as_json()} | {"batch": {}}).batch == {}
+
+
+def test_policy_explain_shows_each_instances_curve_and_the_speedups_batch_term() -> None:
+    from policies.explain import describe_model
+
+    records = [_served(1.0 + i % 4, i) for i in range(40)]
+    ngram = [Observation("chat", "en", 0.3, "mtp", 100, 1000.0 / (PACE_MS * (1 + i % 4)**0.6),
+                         backend="ngram-0", spec="ngram-simple", ts=f"u{i:04d}",
+                         batch=1.0 + i % 4, pace_ms=PACE_MS, temperature=0.7)
+             for i in range(40)]
+    lines = "\n".join(describe_model(RouteModel(LOCAL_PAIR, gather(records + ngram, ASSUME))))
+    assert "plain-0" in lines and "ngram-0" in lines
+    assert "x3.4" in lines  # 4^0.9 = 3.48
+    # n-gram's slope 0.6 against plain's 0.9: its gain grows with the batch here, by -0.3
+    assert "ngram-simple -0.3" in lines or "ngram-simple -0.29" in lines
+    assert "no record ran in a batch" in "\n".join(describe_model(RouteModel(LOCAL_PAIR,
+                                                                             RouteEvidence())))
