@@ -97,6 +97,7 @@ def local_specs(
     root: Path | None = None,
     threads: int = 0,
     ctx: int = 4096,
+    parallel: int | None = None,
 ) -> list[BackendSpec]:
     """One launch spec of the cached pair `kind`'s target per config, named `{kind}-{key}`
     (`qwen-plain`, `qwen-ngram-simple`, `qwen-draft`; the shorthand `mtp`: `qwen-mtp`).
@@ -106,9 +107,11 @@ def local_specs(
     or when two configs would share a name. `threads` 0 gives each instance its share of the
     cores (at least one): the instances share the machine, and llama.cpp's thread barrier
     collapses when its threads compete for a core (measured on a busy 2-core VM, SmolLM2: ~55
-    tok/s with 1 thread, 4-8 tok/s with 2). `ctx` bounds the KV memory of each instance. A
-    config that drafts with a model (`draft`, `eagle3`, the shorthand `mtp`) gets the pair's
-    draft unless it names its own.
+    tok/s with 1 thread, 4-8 tok/s with 2). `ctx` bounds the KV memory of each instance.
+    `parallel`: the requests each serves at once (`--parallel`); None leaves it to llama-server
+    (its auto: 4, told on `/props`), 1 serves one at a time (what timed tests and benches
+    compare). A config that drafts with a model (`draft`, `eagle3`, the shorthand `mtp`) gets
+    the pair's draft unless it names its own.
     """
     pair = find_pair(kind, root)
     if pair is None:
@@ -117,7 +120,8 @@ def local_specs(
             f" run: python -m backends.local.pair ensure {kind}"
         )
     threads = threads or max(1, (os.cpu_count() or 2) // max(1, len(configs)))
-    args = ["--ctx-size", str(ctx), "--parallel", "1", "--threads", str(threads)]
+    args = ["--ctx-size", str(ctx), *(["--parallel", str(parallel)] if parallel else []),
+            "--threads", str(threads)]
     args += ["--alias", pair.target.stem]  # every instance reports the same model id
     picked = _free_ports([*ports, *[0] * (len(configs) - len(ports))])
     specs = [_local_spec(kind, pair, config, port, args) for config, port in zip(configs, picked)]
@@ -136,11 +140,12 @@ def local_pair_specs(
     root: Path | None = None,
     threads: int = 0,
     ctx: int = 4096,
+    parallel: int | None = None,
 ) -> list[BackendSpec]:
     """The plain and the depth-1 (the shorthand mtp: the pair's draft model) launch specs for
     the cached pair `kind`: `local_specs(kind, ("plain", "mtp"), ...)`."""
     return local_specs(kind, ("plain", "mtp"), ports=(plain_port, mtp_port), root=root,
-                       threads=threads, ctx=ctx)
+                       threads=threads, ctx=ctx, parallel=parallel)
 
 
 def _local_spec(kind: str, pair: LocalPair, config: LocalConfig, port: int,

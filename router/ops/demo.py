@@ -194,7 +194,8 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
 
 def local_instances() -> tuple[list[BackendSpec], str]:
     """The launch specs of the three local instances (plain, n-gram prompt lookup, the draft
-    model at depth 1), and their model id; builds and downloads into the cache on first use."""
+    model at depth 1), each serving llama-server's default slots (it tells them on /props), and
+    their model id; builds and downloads into the cache on first use."""
     from backends.local.pair import THREE, ensure_pair, local_specs
 
     pair = ensure_pair("qwen")

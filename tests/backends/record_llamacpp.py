@@ -43,7 +43,7 @@ def requests_to_record(model: str) -> dict[str, tuple[str, str, dict[str, Any]]]
 
 async def record(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    plain, mtp = local_pair_specs("smollm2")
+    plain, mtp = local_pair_specs("smollm2", parallel=1)  # as the recordings were made
     urls = {"plain": plain.base_url, "mtp": mtp.base_url}
     model = Path(plain.launch.model).stem if plain.launch else ""
     async with aiohttp.ClientSession() as session:

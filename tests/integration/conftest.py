@@ -38,7 +38,7 @@ class Pair:
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     require_smollm2()
-    plain, mtp = local_pair_specs("smollm2", ctx=2048)
+    plain, mtp = local_pair_specs("smollm2", ctx=2048, parallel=1)  # one request at a time
     changes: list[tuple[str, bool, str]] = []
     async with aiohttp.ClientSession() as session:
         supervisor = Supervisor(

@@ -28,7 +28,7 @@ async def plain_and_ngram(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[list[BackendSpec], aiohttp.ClientSession]]:
     require_smollm2()
-    specs = local_specs("smollm2", ("plain", NGRAM), ctx=2048)
+    specs = local_specs("smollm2", ("plain", NGRAM), ctx=2048, parallel=1)
     async with aiohttp.ClientSession() as session:
         supervisor = Supervisor(specs, tmp_path / "logs", session=session,
                                 on_change=lambda *change: None,

@@ -103,7 +103,7 @@ def test_local_pair_specs_point_at_the_cache(tmp_path: Path) -> None:
     assert find_pair("qwen", tmp_path) is not None and find_pair("smollm2", tmp_path) is None
 
     plain, mtp = local_pair_specs("qwen", plain_port=8101, mtp_port=8102, root=tmp_path,
-                                  threads=3, ctx=1024)
+                                  threads=3, ctx=1024, parallel=1)
     target = str(models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     draft = str(models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
     tail = ("--ctx-size", "1024", "--parallel", "1", "--threads", "3",

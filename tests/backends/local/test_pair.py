@@ -13,6 +13,7 @@ from backends.local.build import server_dir
 from backends.local.cache import LocalBackendError
 from backends.local.flags import flag_sets
 from backends.local.pair import THREE, LocalConfig, local_pair_specs, local_specs
+from backends.slots import Slots, slots_of
 from backends.spec import Speculation
 from tests.backends.local.cached import lay_out_qwen_cache
 
@@ -29,7 +30,8 @@ def test_three_instances_plain_ngram_and_the_draft_model(cache: Path) -> None:
     server = str(server_dir(cache, flag_sets(platform.machine())[0]) / "llama-server")
     target = str(cache / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     small = str(cache / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-    tail = ("--ctx-size", "1024", "--parallel", "1", "--threads", "1",
+    # no --parallel: llama-server's own slots (its auto, told on /props)
+    tail = ("--ctx-size", "1024", "--threads", "1",
             "--alias", "qwen2.5-coder-1.5b-instruct-q4_k_m")
 
     def argv(port: int, *spec: str) -> tuple[str, ...]:
@@ -42,6 +44,15 @@ def test_three_instances_plain_ngram_and_the_draft_model(cache: Path) -> None:
     assert [adapter_for(s).command(s).argv for s in (plain, ngram, draft)] == [
         argv(8101), argv(8102, "--spec-type", "ngram-simple"),
         argv(8103, "-md", small, "--spec-type", "draft-simple", "--spec-draft-n-max", "1")]
+
+
+def test_slots_asked_for_are_the_launch_flag(cache: Path) -> None:
+    (one,) = local_specs("qwen", ("plain",), ports=(8101,), root=cache, threads=1, parallel=1)
+    (auto,) = local_specs("qwen", ("plain",), ports=(8101,), root=cache, threads=1)
+    assert one.launch is not None and auto.launch is not None
+    assert one.launch.args[:4] == ["--ctx-size", "4096", "--parallel", "1"]
+    assert "--parallel" not in auto.launch.args
+    assert (slots_of(one, None), slots_of(auto, None).source) == (Slots(1, "launch"), "default")
 
 
 def test_the_pair_is_plain_and_the_shorthand_mtp(cache: Path) -> None:
