@@ -29,10 +29,12 @@ from backends.local.envoy import cached_envoy
 from backends.local.nginx import nginx_binary
 from backends.local.redisserver import redis_binary
 from backends.local.simulator import SimState, create_sim_app
+from decisionlog.writer import DecisionLog
 from fileio.yamlfile import parse_model
 from router.config import Config
 from tests.missing import ENVOY, NGINX, REDIS, skip_missing
 from tests.router.conftest import ServerFactory
+from tests.router.test_pools_rewrite import CASUAL, start_ds4
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -67,6 +69,7 @@ INLINE_RUN_BY = {
     FAKE_DEMO: "test_the_fake_demo",
     "specroute report": "test_two_replicas_then_watching_them",
     "specroute learn": "test_two_replicas_then_watching_them",
+    "specroute tail": "test_the_chat_route_in_the_policy_section",
     "specroute epp": "test_behind_envoy",
     "python -m bench.arms": "tests/bench/test_arms.py::"
                             "test_a_tiny_unpaced_run_prints_one_row_per_load_and_the_oracle_wins_alone",
@@ -212,6 +215,31 @@ def test_the_policy_commands() -> None:
     explain = sh(EXPLAIN, ROOT)
     assert explain.returncode == 0, explain.stdout + explain.stderr
     assert explain.stdout.startswith("Rules, in the order they are checked")
+
+
+async def test_the_chat_route_in_the_policy_section(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The pool and the route shown are the shipped ds4 ones; the route, as a whole policy file,
+    sends casual chat to the pool as `deepseek-chat` without thinking; `specroute tail` prints
+    the README's line for it (but the clock)."""
+    shown = section("The policy")
+    pools_text, policy_text = (b.split("```")[0] for b in shown.split("```yaml\n")[1:3])
+    ds4_config = yaml.safe_load((ROOT / "config.ds4-gb10.yaml").read_text())
+    assert yaml.safe_load(pools_text)["pools"] == ds4_config["pools"] == {"nothink": ["ds4-plain"]}
+    ds4_policy = yaml.safe_load((ROOT / "policies" / "ds4-gb10.yaml").read_text())
+    assert yaml.safe_load(policy_text)["routes"]["chat"] == ds4_policy["routes"]["chat"]
+    ds4 = await start_ds4(aiohttp_server, tmp_path, policy_text=policy_text)  # its pools: these
+    async with ds4.client() as client:
+        await client.chat.completions.create(**CASUAL)  # type: ignore[call-overload]
+    assert ds4.plain.last_body()["model"] == "deepseek-chat" and ds4.mtp.received == []
+    cwd = workdir(tmp_path)
+    with DecisionLog(cwd / "logs" / "decisions.jsonl") as log:
+        log.write_record(ds4.last)
+    tail = sh(TAIL, cwd)
+    assert tail.returncode == 0, tail.stderr
+    line = shown.split("```text\n", 1)[1].split("\n", 1)[0]
+    assert tail.stdout.splitlines()[0][8:] == line[8:]
 
 
 def test_two_replicas_then_watching_them(tmp_path: Path) -> None:
