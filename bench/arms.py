@@ -4,7 +4,7 @@ connections and the per-request oracle, on code edits and on chat.
     .venv/bin/python -m bench.arms [--backends sim|real] [--machines cpu-pair gb10]
         [--mixes mixed chat edit] [--max-tokens 96 400] [--loads 1 2 open]
         [--configs plain ngram draft] [--requests 24] [--time-scale 0.02] [--open-load 0.8]
-        [--max-seconds 3600]
+        [--max-seconds 3600] [--slots 1] [--warmup 0]
 
 Three instances, one per speculation config: `plain`, `ngram` (prompt lookup, llama.cpp's
 `ngram-simple`) and `draft` (a draft model at depth 1); `--configs` takes fewer (`plain ngram`:
@@ -17,10 +17,14 @@ front of them, the real proxy (in this process, the shipped policy and classifie
 pinned arms, and a fresh one (cold: the policy's prior, then the startup probe, learning online
 from its own records) for each `auto` run. Requests are greedy and not streamed (`cache_prompt:
 false` on the real engines, so that every instance computes the same answer from scratch).
+`--slots N`: each instance serves N requests at once (llama-server's `--parallel N`, the
+simulator's continuous batching: `cpu-batch`, `gpu-batch`), declared as `slots: N` in the
+proxies' config; 1, as before, one at a time.
 
 Traffic (`bench.traffic.make_edit_mix`): `mixed` (half code and text edits: a 20-24 line
 function or a paragraph returned whole with a rename or a small change; the rest chat and
-prose), `chat` (no edits), `edit` (edits only); `--max-tokens` 96 and 400. Loads: 1 and 2
+prose), `chat` (no edits), `edit` (edits only), `edit-story` (copy edits and short stories, issue
+50's); `--max-tokens` 96 and 400. Loads: 1 and 2
 closed-loop clients (each sends its next request when the last is answered) and open-loop
 Poisson arrivals at `--open-load` of one instance's capacity at the oracle's per-request
 service time; every load is bounded in count (`--requests`) and time (`--run-seconds` each,
@@ -67,7 +71,14 @@ can pass), and auto's share of the way from least-conn's time to the best dispat
 choices compared apart from how fast the machine ran while each arm made them (two runs of one
 dispatch differ by 1-9% here). The replay makes each of auto's choices as the run made it: a wait for the busy
 instance, or an idle one (the one it named when that is idle in the replay too); its decision
-log tells which. `--json` writes the same rows as JSON.
+log tells which. Closed loop, a second table (`bench.arms_batch`, issue 50) sets each load's
+makespans side by side (least-conn, each config alone, auto), auto's ratio to the best of them,
+the share of the copy edits (n-gram alone `COPY_WIN` faster) that auto sent to n-gram, and its
+predictions' error (median and 90th percentile of |queue_ms + service_ms - total_ms| / total_ms
+in its decision log). `--warmup K`: each auto proxy first serves K other requests of the mix at
+the same load, unmeasured, and learns from them; the table then counts from the first request.
+At `--slots` S > 1 the oracle above 1 client is the ceiling, each instance's busy time at most
+S x T. `--json` writes the same rows as JSON.
 """
 
 from __future__ import annotations
@@ -93,6 +104,7 @@ from scipy.optimize import linprog  # type: ignore[import-untyped]
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
+from bench.arms_batch import BatchRow, batch_row, declared_slots, format_batch, log_errors
 from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.machines import POLICY_PATH
@@ -119,6 +131,7 @@ MARGIN_FLOOR: Final = 0.03  # an oracle's margin below 3% of the best static arm
 # config alone (a rename of a name used once: 18-27% less here; a comment asked for, answered
 # without copying: within 3%; a local variable renamed at four sites: 5-18% more).
 COPY_WIN: Final = 0.10
+WARMUP_SEED: Final = 1000  # the warm-up's traffic: the run's seed plus this
 Stop = Callable[[], Awaitable[None]]
 
 
@@ -301,10 +314,11 @@ async def drive_side_by_side(arms: Mapping[str, Arm], items: Sequence[TrafficReq
             for name in names[turn:] + names[:turn]:
                 url, router = arms[name]
                 began = time.monotonic()
-                backend, error, _ = await send(session, url, item, router,
-                                               f"{tag}-{name}-{index}")
+                backend, error, request_id = await send(session, url, item, router,
+                                                        f"{tag}-{name}-{index}")
                 sent, clocks[name] = clocks[name], clocks[name] + time.monotonic() - began
-                served[name].append(Served(index, item.cls, backend, sent, clocks[name], error))
+                served[name].append(Served(index, item.cls, backend, sent, clocks[name], error,
+                                           request_id))
     return {name: Run(tuple(runs), len(runs) < len(items)) for name, runs in served.items()}
 
 
@@ -325,19 +339,20 @@ def oracle_one_client(service: Service, indices: Sequence[int]) -> float:
 
 
 def oracle_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
-                   clients: int) -> float:
+                   clients: int, slots: int = 1) -> float:
     """C clients: at 1, each request on its fastest instance; at 2, the best dispatch of these
-    requests (`oracle_two_clients`); above, the least T with an assignment of the requests by
-    class (each class's mean service time per instance) that keeps every instance busy at
-    most T and the clients, one request at a time each, at most C x T. A lower bound on any
-    schedule's time at these service times."""
+    requests (`oracle_two_clients`, instances of one slot); above, the least T with an
+    assignment of the requests by class (each class's mean service time per instance) that
+    keeps every instance busy at most T (S slots: their busy time summed at most S x T, a
+    request in a batch taking no less than alone) and the clients, one request at a time each,
+    at most C x T. A lower bound on any schedule's time at these service times."""
     if clients == 1:
         return oracle_one_client(service, indices)
-    if clients == 2:
+    if clients == 2 and slots == 1:
         best = oracle_two_clients(service, indices)
         if best is not None:
             return best
-    return _class_ceiling(service, items, indices, clients)
+    return _class_ceiling(service, items, indices, clients, slots)
 
 
 # Nodes the 2-client search visits at most (24 requests over 2-3 instances: a few hundred).
@@ -459,7 +474,7 @@ def _next_send(now: float, other: float, busy: int, j: int, seconds: float
 
 
 def _class_ceiling(service: Service, items: Sequence[TrafficRequest], indices: Sequence[int],
-                   clients: int) -> float:
+                   clients: int, slots: int = 1) -> float:
     names = list(service)
     classes = sorted({items[i].cls for i in indices})
     count = {c: sum(items[i].cls == c for i in indices) for c in classes}
@@ -475,7 +490,7 @@ def _class_ceiling(service: Service, items: Sequence[TrafficRequest], indices: S
     for k, (c, n) in enumerate(pairs):
         a_ub[names.index(n), k] = mean[c, n]
         a_ub[-1, k] = mean[c, n]
-    a_ub[:-1, -1] = -1.0
+    a_ub[:-1, -1] = -float(min(slots, clients))
     a_ub[-1, -1] = -float(clients)
     result = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(names) + 1), A_eq=a_eq,
                      b_eq=np.array([count[c] for c in classes], dtype=float), method="highs")
@@ -528,6 +543,7 @@ class Row:
     replayed_share: float | None = None
     failed: int = 0
     cut: bool = False
+    batch: BatchRow | None = None  # closed loop: the side-by-side figures of issue 50
 
 
 def make_row(where: str, mix: str, max_tokens: int, load: Load, runs: Mapping[str, Run],
@@ -602,24 +618,25 @@ def oracle_edits_on_ngram(alone: Mapping[str, Run]) -> float | None:
     return sum(min(t, key=t.__getitem__) == "ngram" for t in times.values()) / len(times)
 
 
-def copy_wins(alone: Mapping[str, Run]) -> frozenset[int]:
-    """The edits after the first FIRST that n-gram alone served at least COPY_WIN faster than
-    every other config alone: those whose answer copied its prompt (one measurement each, so
-    the margin keeps a close call out)."""
+def copy_wins(alone: Mapping[str, Run], first: int = FIRST) -> frozenset[int]:
+    """The edits from request `first` on that n-gram alone served at least COPY_WIN faster
+    than every other config alone: those whose answer copied its prompt (one measurement each,
+    so the margin keeps a close call out)."""
     if "ngram" not in alone:
         return frozenset()
     return frozenset(
-        index for index, t in _later_edit_times(alone).items()
+        index for index, t in _later_edit_times(alone, first).items()
         if all(t["ngram"] <= (1.0 - COPY_WIN) * seconds for role, seconds in t.items()
                if role != "ngram"))
 
 
-def _later_edit_times(alone: Mapping[str, Run]) -> dict[int, dict[str, float]]:
-    """Each edit after the first FIRST served by every config alone: config -> seconds."""
+def _later_edit_times(alone: Mapping[str, Run], first: int = FIRST
+                      ) -> dict[int, dict[str, float]]:
+    """Each edit from request `first` on served by every config alone: config -> seconds."""
     times: dict[int, dict[str, float]] = {}
     for role in alone:
         for s in alone[role].served:
-            if s.index >= FIRST and s.cls == "edit" and not s.error:
+            if s.index >= first and s.cls == "edit" and not s.error:
                 times.setdefault(s.index, {})[role] = s.latency
     return {i: t for i, t in times.items() if len(t) == len(alone)}
 
@@ -663,31 +680,37 @@ def _class_of(body: Mapping[str, Any]) -> str:
 
 
 async def sim_instances(machine: str, time_scale: float, stops: list[Stop],
-                        roles: Sequence[str] = ROLES) -> list[Instance]:
-    """The configs `roles` as simulated engines of `machine`, serving one request at a time."""
+                        roles: Sequence[str] = ROLES, slots: int = 1) -> list[Instance]:
+    """The configs `roles` as simulated engines of `machine`, serving `slots` requests at once
+    (1: one at a time, the rest waiting their turn)."""
     out = []
     for role in roles:
         state = SimState(profile="plain" if role == "plain" else "mtp",
                          speculation="ngram" if role == "ngram" else "", cost=MACHINES[machine],
                          acceptance=DRAFT_ACCEPTANCE, reply_tokens=1024, time_scale=time_scale,
-                         serial=True, class_of=_class_of, model="bench-model")
+                         serial=slots == 1, slots=slots, class_of=_class_of,
+                         model="bench-model")
         _, port, stop = await start_site(create_sim_app(state))
         stops.append(stop)
         out.append(Instance(role, BackendSpec(name=f"{role}-0", engine="llamacpp",
                                               url=f"http://127.0.0.1:{port}",
-                                              speculation=SPECULATION[role])))
+                                              speculation=SPECULATION[role],
+                                              slots=declared_slots(slots))))
     return out
 
 
-async def real_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] = ROLES
-                         ) -> tuple[list[Instance], str]:
+async def real_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] = ROLES,
+                         slots: int = 1) -> tuple[list[Instance], str]:
     """The local llama.cpp instances of `roles` (plain, ngram-simple, the draft model at depth
-    1), launched by the supervisor (stopped by their process groups' PIDs), and their model
-    id."""
+    1), launched by the supervisor (stopped by their process groups' PIDs) at `slots` requests
+    at once (llama-server's `--parallel`; the context grown to keep 1,024 tokens a slot past
+    4), and their model id. Each is launched as `router.ops.demo.local_instances` does, with
+    its threads its share of the cores among all three."""
+    from backends.local.pair import THREE, ensure_pair, local_specs
     from backends.supervisor import Supervisor
-    from router.ops.demo import local_instances
 
-    every, model = local_instances()
+    model = ensure_pair("qwen").target.stem
+    every = local_specs("qwen", THREE, parallel=slots, ctx=1024 * max(4, slots))
     chosen = [(spec, role) for spec, role in zip(every, ROLES, strict=True) if role in roles]
     session = aiohttp.ClientSession()
     stops.append(session.close)
@@ -698,9 +721,10 @@ async def real_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] 
     for spec, role in chosen:
         out.append(Instance(role, BackendSpec(name=spec.name, engine="llamacpp",
                                               url=spec.base_url,
-                                              speculation=spec.speculation or SPECULATION[role])))
-    print(f"real instances: {', '.join(f'{i.role} {i.spec.name} {i.spec.url}' for i in out)}; "
-          f"logs in {workdir / 'backends'}")
+                                              speculation=spec.speculation or SPECULATION[role],
+                                              slots=declared_slots(slots))))
+    print(f"real instances: {', '.join(f'{i.role} {i.spec.name} {i.spec.url}' for i in out)}"
+          f" at {slots} slot{'s' if slots > 1 else ''} each; logs in {workdir / 'backends'}")
     return out, model
 
 
@@ -741,10 +765,16 @@ class Settings:
     real: bool = False
     model: str = "bench-model"
     roles: tuple[str, ...] = ROLES  # the configs that take part, one instance each
+    slots: int = 1  # requests each instance serves at once
+    warmup: int = 0  # requests each auto proxy learns from before it is measured
 
 
-def bodies(mix: str, settings: Settings, max_tokens: int) -> list[TrafficRequest]:
-    items = make_edit_mix(mix, settings.requests, settings.seed, max_tokens)
+def bodies(mix: str, settings: Settings, max_tokens: int, warmup: bool = False
+           ) -> list[TrafficRequest]:
+    """The run's requests, or (`warmup`) the auto proxies' warm-up: as many as
+    `settings.warmup`, of the same mix, other requests (another seed)."""
+    items = (make_edit_mix(mix, settings.warmup, settings.seed + WARMUP_SEED, max_tokens)
+             if warmup else make_edit_mix(mix, settings.requests, settings.seed, max_tokens))
     if not settings.real:
         return items
     # the real engines: their model id, and no prompt cache (every instance computes the same
@@ -766,14 +796,20 @@ async def bench_instances(where: str, instances: Sequence[Instance], settings: S
                 items = bodies(mix, settings, max_tokens)
                 print(f"\n== {where}, mix {mix}, max_tokens {max_tokens}, {len(items)} requests "
                       f"({_classes(items)})", flush=True)
-                rows += await _mix(where, mix, max_tokens, items, instances, names, pinned,
-                                   settings, workdir, serial)
+                warm = bodies(mix, settings, max_tokens, warmup=True) if settings.warmup else []
+                rows += await _mix(where, mix, max_tokens, (items, warm), instances, names,
+                                   pinned, settings, workdir, serial)
     return rows
 
 
-async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficRequest],
+async def _mix(where: str, mix: str, max_tokens: int,
+               traffic: tuple[Sequence[TrafficRequest], Sequence[TrafficRequest]],
                instances: Sequence[Instance], names: Mapping[str, str], pinned: str,
                settings: Settings, workdir: Path, serial: Iterator[str]) -> list[Row]:
+    """The rows of one mix and length (`traffic`: the requests, and the auto proxies'
+    warm-up)."""
+    items, warm = traffic
+
     def bound(runs: int = 1) -> float:
         return min(settings.deadline, time.monotonic() + runs * settings.run_seconds)
 
@@ -781,9 +817,11 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     # each request on each instance (the oracle's replay), and at 1 client auto and least-conn
     # beside them, request by request
     arms: dict[str, Arm] = {role: (pinned, Pinned(name)) for role, name in names.items()}
+    logs = {one.name: workdir / next(serial)}  # load -> auto's proxy's directory
     async with contextlib.AsyncExitStack() as stack:
         if one in settings.loads:
-            cold = await stack.enter_async_context(proxy(workdir / next(serial), instances))
+            cold = await stack.enter_async_context(proxy(logs[one.name], instances))
+            await warm_up(cold, warm, one, next(serial), bound())
             arms |= {"auto": (cold, Pinned("auto")),
                      "least-conn": (pinned, LeastConn(list(names.values())))}
         side_by_side = await drive_side_by_side(arms, items, next(serial), bound(len(arms)))
@@ -796,33 +834,54 @@ async def _mix(where: str, mix: str, max_tokens: int, items: Sequence[TrafficReq
     arrivals = poisson_arrivals(len(items), settings.open_load / max(fastest, 1e-3), settings.seed)
     rows: list[Row] = []
     for load in settings.loads:
+        if load != one:
+            logs[load.name] = workdir / next(serial)
         runs = side_by_side if load == one else await _loaded(
-            load, items, instances, names, pinned, workdir, serial, bound, arrivals)
+            load, (items, warm), instances, names, pinned, logs[load.name], serial, bound,
+            arrivals)
         later = [i for i in timed if i >= FIRST]
         if load.open:
             oracle = oracle_open(service, timed, arrivals)
         else:
-            oracle = (oracle_ceiling(service, items, timed, load.clients),
-                      oracle_ceiling(service, items, later, load.clients) if later
-                      else float("nan"))
+            oracle = (oracle_ceiling(service, items, timed, load.clients, settings.slots),
+                      oracle_ceiling(service, items, later, load.clients, settings.slots)
+                      if later else float("nan"))
         row = make_row(where, mix, max_tokens, load, runs, oracle, names, len(items), alone)
+        if not load.open:
+            row.batch = batch_row(
+                load.name, settings.slots, row.totals, tuple(names), runs["auto"].served,
+                copy_wins(alone, first=0 if warm else FIRST), names.get("ngram"),
+                log_errors(logs[load.name] / "decisions.jsonl", runs["auto"].served))
         if not rows:
             print(format_service(row.service))
         print(format_row(row, first=not rows), flush=True)
         rows.append(row)
+    print(format_batch([row.batch for row in rows if row.batch]), flush=True)
     return rows
 
 
-async def _loaded(load: Load, items: Sequence[TrafficRequest], instances: Sequence[Instance],
-                  names: Mapping[str, str], pinned: str, workdir: Path, serial: Iterator[str],
-                  bound: Callable[[], float], arrivals: Sequence[float]) -> dict[str, Run]:
+async def warm_up(url: str, warm: Sequence[TrafficRequest], load: Load, tag: str,
+                  deadline: float) -> None:
+    """The warm-up requests through the auto proxy at `url` under `load` (closed loop; open
+    loop: 1 client), not measured: it learns from them online before its measured run."""
+    if warm:
+        clients = Load(load.name, max(1, load.clients))
+        await drive(url, warm, clients, Pinned("auto"), tag, deadline)
+
+
+async def _loaded(load: Load, traffic: tuple[Sequence[TrafficRequest], Sequence[TrafficRequest]],
+                  instances: Sequence[Instance], names: Mapping[str, str], pinned: str,
+                  cold_dir: Path, serial: Iterator[str], bound: Callable[[], float],
+                  arrivals: Sequence[float]) -> dict[str, Run]:
     """Every arm under a load of more than one request at a time, one arm after another (they
     share the instances: side by side they would load each other), each within its own
-    `bound()` (one arm's time is not the next one's)."""
+    `bound()` (one arm's time is not the next one's); auto's proxy in `cold_dir`, warmed up
+    first on `traffic`'s warm-up at the same load."""
+    items, warm = traffic
     runs = {role: await drive(pinned, items, load, Pinned(name), next(serial), bound(),
                               arrivals) for role, name in names.items()}
-    cold_dir = workdir / next(serial)
     async with proxy(cold_dir, instances) as cold:
+        await warm_up(cold, warm, load, next(serial), bound())
         auto = await drive(cold, items, load, Pinned("auto"), next(serial), bound(), arrivals)
     runs["auto"] = with_waits(auto, cold_dir / "decisions.jsonl")
     runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
@@ -890,7 +949,8 @@ async def run(settings: Settings, backends: str, machines: Sequence[str], time_s
     if backends == "real":
         stopping: list[Stop] = []
         try:
-            instances, model = await real_instances(workdir / "real", stopping, settings.roles)
+            instances, model = await real_instances(workdir / "real", stopping, settings.roles,
+                                                    settings.slots)
             real = replace(settings, real=True, model=model)
             rows += await bench_instances("real", instances, real, workdir / "real")
         finally:
@@ -900,7 +960,8 @@ async def run(settings: Settings, backends: str, machines: Sequence[str], time_s
     for machine in machines:
         stops: list[Stop] = []
         try:
-            instances = await sim_instances(machine, time_scale, stops, settings.roles)
+            instances = await sim_instances(machine, time_scale, stops, settings.roles,
+                                            settings.slots)
             rows += await bench_instances(f"sim {machine}", instances, settings,
                                           workdir / machine)
         finally:
@@ -917,7 +978,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "instances (built and cached on first use)")
     parser.add_argument("--machines", nargs="+", default=list(DEFAULT_MACHINES),
                         choices=list(MACHINES), help="simulated machines, one after another")
-    parser.add_argument("--mixes", nargs="+", default=list(EDIT_MIXES), choices=list(EDIT_MIXES))
+    parser.add_argument("--mixes", nargs="+", default=["mixed", "chat", "edit"],
+                        choices=list(EDIT_MIXES),
+                        help="edit-story: copy edits and stories, half each (issue 50)")
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[96, 400],
                         help="answer lengths (max_tokens of every request)")
     parser.add_argument("--loads", nargs="+", default=["1", "2", "open"],
@@ -925,6 +988,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="+", default=list(ROLES), choices=list(ROLES),
                         help="the configs that take part, one instance each (at least two)")
     parser.add_argument("--requests", type=int, default=24, help="requests per run (> 10)")
+    parser.add_argument("--slots", type=int, default=1,
+                        help="requests each instance serves at once (llama-server --parallel)")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="requests each auto proxy learns from (same mix and load, another "
+                             "seed) before it is measured")
     parser.add_argument("--time-scale", type=float, default=0.02,
                         help="sim: the share of the cost model's time the engines take")
     parser.add_argument("--open-load", type=float, default=0.8,
@@ -942,18 +1010,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     roles = tuple(role for role in ROLES if role in args.configs)
     if len(roles) < 2:
         parser.error(f"--configs {' '.join(args.configs)}: at least two configs to route between")
+    if args.slots < 1 or args.warmup < 0:
+        parser.error("--slots: at least 1; --warmup: at least 0")
     loads = [parse_load(text) for text in args.loads]
     settings = Settings(args.mixes, args.max_tokens, loads, args.requests, args.open_load,
                         args.seed, args.run_seconds, time.monotonic() + args.max_seconds,
-                        roles=roles)
+                        roles=roles, slots=args.slots, warmup=args.warmup)
     workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specroute-arms-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"bench.arms: {args.backends}"
           + (f" ({', '.join(args.machines)}; time scale {args.time_scale})"
              if args.backends == "sim" else "")
-          + f"; configs {', '.join(roles)}; {args.requests} requests per run, greedy, "
-          f"seed {args.seed}")
+          + f"; configs {', '.join(roles)}"
+          + (f"; {args.slots} slots each" if args.slots > 1 else "")
+          + f"; {args.requests} requests per run"
+          + (f" after {args.warmup} to warm auto up" if args.warmup else "")
+          + f", greedy, seed {args.seed}")
     try:
         rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir))
     finally:

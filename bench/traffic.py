@@ -9,7 +9,9 @@ pace the reply; the router never does). Deterministic in the seed.
 Mixes (class shares): `agent-heavy`, `chat-heavy`, `balanced`, and `sampled` (balanced, half of
 the requests at temperature 0.7, the rest greedy). `make_edit_mix` (for `bench.arms`): code and
 text edits (`router.ops.workload`'s functions and paragraphs, asked back whole with a rename or
-a small change) beside chat and prose: `mixed`, `chat` (no edits), `edit` (edits only).
+a small change) beside chat and prose: `mixed`, `chat` (no edits), `edit` (edits only), and
+`edit-story` (issue 50's batch bench: copy edits, a Python function renamed and returned whole,
+beside short stories, half each).
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ EDIT_MIXES: Final[Mapping[str, Mapping[str, float]]] = {
     "mixed": {"edit": 0.5, "chat": 0.25, "prose": 0.25},
     "chat": {"chat": 0.5, "prose": 0.5},
     "edit": {"edit": 1.0},
+    "edit-story": {"edit": 0.5, "prose": 0.5},
 }
 TEXT_EDIT_SHARE: Final = 0.2  # of edits on a paragraph of prose, the rest on Python
 
@@ -212,12 +215,34 @@ def _edit(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return [{"role": "user", "content": ask}], {}
 
 
+def _copy_edit(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A function renamed and returned whole (a rename phrasing of `EDIT_ASKS`: the answer is
+    the prompt's code again, prompt lookup's best case)."""
+    from router.ops.workload import EDIT_ASKS, FUNCTIONS, edit_ask
+
+    renames = [how for how, ask in enumerate(EDIT_ASKS) if "{new}" in ask]
+    return [{"role": "user", "content": edit_ask(*rng.choice(FUNCTIONS),
+                                                 how=rng.choice(renames))}], {}
+
+
+def _story(rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    return [{"role": "user", "content": STORY.format(t=rng.choice(_PROSE_TOPICS))}], {}
+
+
+STORY: Final = "Write a short story about {t}."
+# A mix's own makers, where its classes are narrower than `make_edit_mix`'s defaults
+_EDIT_MIX_MAKERS: Final[Mapping[str, Mapping[str, Callable[[random.Random], tuple[
+    list[dict[str, Any]], dict[str, Any]]]]]] = {
+    "edit-story": {"edit": _copy_edit, "prose": _story},
+}
+
+
 def make_edit_mix(mix: str, n: int, seed: int, max_tokens: int = 96) -> list[TrafficRequest]:
     """`n` greedy requests of an `EDIT_MIXES` mix, each class its share of them exactly (as
     near as `n` allows), in a shuffled order, deterministic in the seed (a numbered user id
     keeps bodies distinct); the true class in `metadata.bench_class` as `make_mix`'s."""
     rng = random.Random(f"edits/{mix}/{seed}")
-    makers = {"edit": _edit, "chat": _chat, "prose": _prose}
+    makers = {"edit": _edit, "chat": _chat, "prose": _prose, **_EDIT_MIX_MAKERS.get(mix, {})}
     shares = EDIT_MIXES[mix]
     order = [cls for cls, share in shares.items() for _ in range(round(share * n))]
     order = (order + list(shares) * n)[:n]

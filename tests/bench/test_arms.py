@@ -38,7 +38,15 @@ from bench.arms import (
     soonest_two_clients,
     with_waits,
 )
-from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
+from bench.arms_batch import (
+    batch_row,
+    declared_slots,
+    format_batch,
+    log_errors,
+    prediction_errors,
+    summarize,
+)
+from bench.traffic import EDIT_MIXES, STORY, TrafficRequest, make_edit_mix
 from decisionlog.records import Outcome, RouteRecord, to_json
 from router.serve import start_site
 
@@ -274,7 +282,8 @@ def test_least_conns_rule_on_the_times_is_what_the_picker_would_send(
     times = [row[:instances] for row in rows]
     service = _service(times)
     names = list(service)
-    picker, ends = LeastConn(names), [(0.0, None), (0.0, None)]  # each client: free at, on
+    picker = LeastConn(names)
+    ends: list[tuple[float, str | None]] = [(0.0, None), (0.0, None)]  # each client: free at, on
     free, end = dict.fromkeys(names, 0.0), 0.0
     for k in range(len(times)):
         at, held = min(ends, key=lambda e: e[0])
@@ -375,3 +384,126 @@ async def test_side_by_side_sends_each_request_to_every_arm_in_rotated_turns_one
         assert all(later.sent == earlier.done for earlier, later in zip(run.served, run.served[1:]))
     one = parse_load("1")
     assert runs["a"].total(one) > 4 * 0.03 > runs["b"].total(one)  # the other arm's time not counted
+
+
+# --- issue 50: instances of several slots --------------------------------------------------
+
+
+def test_a_tiny_run_at_several_slots_prints_the_batch_figures_after_the_warm_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.json"
+    code = main(["--machines", "cpu-batch", "--mixes", "edit-story", "--max-tokens", "24",
+                 "--requests", "12", "--time-scale", "0", "--loads", "1", "4", "8",
+                 "--configs", "plain", "ngram", "--slots", "4", "--warmup", "6",
+                 "--json", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "4 slots each; 12 requests per run after 6 to warm auto up" in printed
+    assert "batch figures (issue 50" in printed
+    rows = json.loads(out.read_text())
+    assert [r["load"] for r in rows] == ["1 client", "4 clients", "8 clients"]
+    for row in rows:
+        batch = row["batch"]
+        assert batch["slots"] == 4
+        assert set(batch["makespan"]) == {"least-conn", "plain", "ngram", "auto"}
+        assert batch["makespan"]["auto"] == row["totals"]["auto"]
+        assert batch["best"] in ("least-conn", "plain", "ngram")
+        # the measured requests' records only: not the 6 warm-up requests, nor the probe's
+        assert batch["prediction"] is None or batch["prediction"]["n"] <= 12
+
+
+def test_at_one_slot_no_slots_are_declared_in_the_proxys_config() -> None:
+    assert declared_slots(1) is None  # what the engine reports, as before --slots
+    assert declared_slots(4) == 4
+
+
+def test_the_prediction_error_is_of_the_measured_requests_whose_finish_was_predicted(
+        tmp_path: Path) -> None:
+    def record(rid: str, decision: dict[str, float], total: float | None,
+               error: str = "") -> RouteRecord:
+        return RouteRecord(
+            ts="2026-12-06T00:00:00.000Z", request_id=rid, endpoint="chat", model="m",
+            stream=False, conversation="", features={}, classifier={}, decision=decision,
+            outcome=Outcome(status=502 if error else 200, error=error, total_ms=total),
+            overhead_ms=0.1)
+
+    records = [
+        record("w1", {"queue_ms": 0.0, "service_ms": 100.0}, 1000.0),  # the warm-up's
+        record("r1", {"queue_ms": 500.0, "service_ms": 700.0}, 1000.0),  # 20% over
+        record("r2", {"queue_ms": 0.0, "service_ms": 1500.0}, 2000.0),  # 25% under
+        record("r3", {"service_ms": 900.0}, 1000.0),  # pinned: no queue predicted
+        record("r4", {"queue_ms": 0.0, "service_ms": 900.0}, None, error="refused"),
+        record("r5", {"queue_ms": 1000.0, "service_ms": 3000.0}, 1000.0),  # 300% over
+    ]
+    measured = {"r1", "r2", "r3", "r4", "r5"}
+    assert prediction_errors(records, measured) == pytest.approx([0.2, 0.25, 3.0])
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("".join(to_json(r) + "\n" for r in records))
+    served = [Served(i, "edit", "ngram-0", 0.0, 1.0, request_id=rid)
+              for i, rid in enumerate(sorted(measured))]
+    summary = log_errors(log, served)
+    assert summary is not None and summary.n == 3
+    assert (summary.median, summary.p90) == pytest.approx((0.25, 3.0))
+    assert log_errors(tmp_path / "none.jsonl", served) is None
+
+
+@pytest.mark.parametrize(("errors", "median", "p90"), [
+    ([0.1, 0.5, 0.2, 0.05, 0.3], 0.2, 0.5),  # rank ceil(4.5) = 5: the largest
+    ([0.4, 0.1, 0.3, 0.2], 0.25, 0.4),
+    ([0.01 * k for k in range(1, 21)], 0.105, 0.18),  # rank 18 of 20
+    ([0.3], 0.3, 0.3),
+])
+def test_the_error_summary_is_the_median_and_the_nearest_rank_90th_percentile(
+        errors: list[float], median: float, p90: float) -> None:
+    summary = summarize(errors)
+    assert summary is not None and summary.n == len(errors)
+    assert summary.median == pytest.approx(median) and summary.p90 == pytest.approx(p90)
+    assert summarize([]) is None
+
+
+def test_the_batch_row_holds_auto_to_the_best_static_arm_and_counts_its_copy_edits() -> None:
+    totals = {"auto": 200.0, "plain": 300.0, "ngram": 240.0, "least-conn": 265.0,
+              "oracle": 150.0}
+    auto = [Served(i, "edit", "ngram-0" if i != 3 else "plain-0", 0.0, 1.0) for i in range(6)]
+    row = batch_row("4 clients", 4, totals, ("plain", "ngram"), auto,
+                    frozenset({1, 3, 5, 9}), "ngram-0", None)
+    assert row.best == "ngram"  # the oracle is no static arm
+    assert row.auto_x_best == pytest.approx(1.2)
+    assert row.copy_edits == 4
+    assert row.copy_edits_on_ngram == pytest.approx(2 / 3)  # 9 was not served; 3 went to plain
+    assert set(row.makespan) == {"least-conn", "plain", "ngram", "auto"}
+    printed = format_batch([row])
+    assert "1.200 (ngram)" in printed and "67% of 4" in printed
+    assert batch_row("4 clients", 4, totals, ("plain", "ngram"), auto, frozenset({1}), None,
+                     None).copy_edits_on_ngram is None  # no n-gram instance
+
+
+def test_with_a_warm_up_the_copy_edits_count_from_the_first_request() -> None:
+    times = {"plain": [3.0] * 12, "ngram": [1.0] * 12}
+    alone = {role: Run(tuple(_served(i, ITEMS[i].cls, role, t) for i, t in enumerate(ts)), False)
+             for role, ts in times.items()}
+    edits = {i for i in range(12) if ITEMS[i].cls == "edit"}
+    assert copy_wins(alone, first=0) == edits
+    assert copy_wins(alone) == {i for i in edits if i >= FIRST}
+
+
+def test_at_several_slots_the_ceiling_lets_each_instance_serve_that_many_at_once() -> None:
+    # 4 clients: one slot each, an instance is busy 5 s at least; two slots, the clients
+    # bind: 12 s of the least work over 4 clients
+    assert oracle_ceiling(SERVICE, ITEMS, range(12), 4) == pytest.approx(5.0)
+    assert oracle_ceiling(SERVICE, ITEMS, range(12), 4, slots=2) == pytest.approx(3.0)
+    # 3 clients: 5 s at one slot each; at two, the clients bind again (12 s over 3)
+    assert oracle_ceiling(SERVICE, ITEMS, range(12), 3) == pytest.approx(5.0)
+    assert oracle_ceiling(SERVICE, ITEMS, range(12), 3, slots=2) == pytest.approx(4.0)
+
+
+def test_the_edit_story_mix_is_copy_edits_and_stories() -> None:
+    items = make_edit_mix("edit-story", 24, 7, 160)
+    assert sum(r.cls == "edit" for r in items) == 12 == sum(r.cls == "prose" for r in items)
+    for r in items:
+        text = r.body["messages"][0]["content"]
+        assert r.body["max_tokens"] == 160
+        if r.cls == "edit":
+            assert "rename" in text.lower() and "```python" in text
+        else:
+            assert text.startswith(STORY.split("{", 1)[0])

@@ -1,0 +1,144 @@
+"""bench.arms's figures for instances that serve several requests at once (issue 50): per load,
+the makespans side by side, auto's ratio to the best static arm, where auto sent the copy edits
+and how well its decisions predicted each request's finish.
+
+- The static arms are least connections and each config alone (`plain`, `ngram`, ...); auto's
+  ratio is the best one's makespan over auto's (above 1: auto finished sooner).
+- The copy edits are the edits that n-gram alone (the 1-client runs) served `COPY_WIN` faster
+  than every other config alone; the share is of those that auto sent to n-gram.
+- The prediction error of one request is |(queue_ms + service_ms) - total_ms| / total_ms, from
+  auto's decision log (read through `decisionlog.readers`), over the measured requests only:
+  the warm-up's and the start-up probe's records are not counted.
+
+Pure but for `log_errors`, which reads one decision log.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from decisionlog.readers import iter_log_records
+from decisionlog.records import RouteRecord
+
+if TYPE_CHECKING:
+    from bench.arms import Served
+
+LC = "least-conn"
+
+
+def declared_slots(slots: int) -> int | None:
+    """The slots each instance is declared to serve in the proxy's config: none at 1 (what the
+    engine reports, as before `--slots`), else `slots`."""
+    return slots if slots > 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """Relative prediction errors: how many, their median and 90th percentile (nearest rank)."""
+
+    n: int
+    median: float
+    p90: float
+
+
+def prediction_errors(records: Iterable[RouteRecord], request_ids: Collection[str]
+                      ) -> list[float]:
+    """|(queue_ms + service_ms) - total_ms| / total_ms of each answered record in
+    `request_ids` whose decision predicted both parts (a pinned request's does not)."""
+    errors = []
+    for record in records:
+        if record.request_id not in request_ids or record.outcome.error:
+            continue
+        queue, service = record.decision.get("queue_ms"), record.decision.get("service_ms")
+        total = record.outcome.total_ms
+        if not isinstance(queue, int | float) or not isinstance(service, int | float) \
+                or not total or total <= 0:
+            continue
+        errors.append(abs(queue + service - total) / total)
+    return errors
+
+
+def summarize(errors: Sequence[float]) -> ErrorSummary | None:
+    """The errors' count, median and 90th percentile (None: none)."""
+    if not errors:
+        return None
+    ordered = sorted(errors)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return ErrorSummary(len(ordered), median, nearest_rank(ordered, 0.9))
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The `q` quantile of sorted values by nearest rank: the least value with at least a `q`
+    share of them at or below it."""
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def log_errors(log: Path, served: Sequence[Served]) -> ErrorSummary | None:
+    """`summarize` of the prediction errors in the decision log `log` of the requests `served`
+    (by the proxy's request id: the warm-up's and the probe's are left out)."""
+    if not log.exists():
+        return None
+    ids = {s.request_id for s in served if s.request_id and not s.error}
+    return summarize(prediction_errors(iter_log_records([log]), ids))
+
+
+def share_on(backend: str | None, served: Sequence[Served], indices: Collection[int]
+             ) -> float | None:
+    """The share of the requests `indices` among `served` that `backend` answered (None: no
+    such backend, or none of them served)."""
+    chosen = [s for s in served if s.index in indices and not s.error]
+    if backend is None or not chosen:
+        return None
+    return sum(s.backend == backend for s in chosen) / len(chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    load: str
+    slots: int
+    makespan: Mapping[str, float]  # least-conn, each config alone, auto (closed loop: wall s)
+    best: str  # the static arm of the least makespan
+    auto_x_best: float  # its makespan over auto's
+    copy_edits: int  # edits n-gram alone served COPY_WIN faster than every other config
+    copy_edits_on_ngram: float | None  # the share of them auto sent to n-gram
+    prediction: ErrorSummary | None  # auto's, the measured requests only
+
+
+def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequence[str],
+              auto: Sequence[Served], copy_edits: Collection[int], ngram: str | None,
+              prediction: ErrorSummary | None) -> BatchRow:
+    """One load's figures from each arm's total (`totals`: arm -> seconds), the configs
+    `roles`, auto's requests, the copy edits (request indices) and n-gram's instance name."""
+    static = [LC, *roles]
+    makespan = {arm: totals.get(arm, math.nan) for arm in (*static, "auto")}
+    best = min(static, key=lambda arm: math.inf if math.isnan(makespan[arm]) else makespan[arm])
+    ratio = makespan[best] / makespan["auto"] if makespan["auto"] > 0 else math.nan
+    return BatchRow(load, slots, makespan, best, ratio, len(copy_edits),
+                    share_on(ngram, auto, copy_edits), prediction)
+
+
+def format_batch(rows: Sequence[BatchRow]) -> str:
+    """The loads side by side: makespans, auto's ratio to the best static arm, its share of
+    the copy edits on n-gram and its prediction error (median and 90th percentile)."""
+    if not rows:
+        return ""
+    arms = list(rows[0].makespan)
+    head = (f"  {'load':<10} {'slots':>5}" + "".join(f"{arm:>11}" for arm in arms)
+            + f"  {'auto x best static':>20}  {'copy edits->ngram':>17}"
+            f"  {'|pred-actual|/actual median/p90 (n)':>36}")
+    lines = [f"  batch figures (issue 50; makespan s, after the warm-up):\n{head}"]
+    for row in rows:
+        cells = "".join(f"{row.makespan.get(arm, math.nan):>11.2f}" for arm in arms)
+        ratio = f"{row.auto_x_best:.3f} ({row.best})"
+        share = ("-" if row.copy_edits_on_ngram is None
+                 else f"{row.copy_edits_on_ngram:.0%} of {row.copy_edits}")
+        p = row.prediction
+        error = "-" if p is None else f"{p.median:.0%}/{p.p90:.0%} ({p.n})"
+        lines.append(f"  {row.load:<10} {row.slots:>5}{cells}  {ratio:>20}  {share:>17}"
+                     f"  {error:>36}")
+    return "\n".join(lines)
