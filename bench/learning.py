@@ -24,6 +24,9 @@ request sequence and arrival times:
 
 Closed loop: 1, 2 and 4 clients, each sending its next request when the last one finished.
 Open loop: Poisson arrivals at 50% and 80% of the pair's plain capacity (mean latency compared).
+With `slots` > 1 (`simulate`, `bench/batching.py`) each instance batches instead: up to `slots`
+requests decode at once, each at the machine's per-token time for the batch in force (processor
+sharing over `CostModel.at_batch`, as the simulated engine paces them), the rest wait FIFO.
 Traffic: `bench/traffic.py` mixes (agent-heavy, chat-heavy, balanced, sampled), from templates
 outside the classifier's training corpus. Prints ratios measured side by side in one run and
 checks the targets: 1 client >= 0.98 x best static over the first 100 requests and >= 0.99 x
@@ -41,6 +44,7 @@ import math
 import random
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,7 +52,7 @@ from statistics import NormalDist
 from typing import Final
 
 from backends.capability import PROBE_KINDS, ProbeResult, TimedProbe, probe_body
-from backends.local.simulator import MACHINES, SimState, decode_plan, prompt_tokens_of
+from backends.local.simulator import MACHINES, CostModel, SimState, decode_plan, prompt_tokens_of
 from backends.spec import BackendSpec
 from backends.stats import UpstreamReport
 from bench.machines import POLICY_PATH, machine_states, workload_acceptance
@@ -69,7 +73,7 @@ from policies.policyfile.machine import BUILTIN, MachinePrior
 from policies.policyfile.schema import Policy
 from policies.store import load_prior
 from router.instances.pace_probe import probe_records
-from router.instances.pool import BackendPool
+from router.instances.pool import BackendPool, Batch
 
 PAIR: Final = (("mtp-0", "mtp"), ("plain-0", "plain"))
 # The machines every run compares by default (the GB10 first: the figures it was built for).
@@ -86,6 +90,7 @@ class Arm:
     ms: float  # decode time as the simulated engine paces it
     draft_n: int | None
     draft_accepted: int | None
+    extra_ms: float = 0.0  # speculation's extra work in `ms` (timed apart in a batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +124,7 @@ def _arm(state: SimState, body: dict[str, object]) -> Arm:
     plan = decode_plan(state, body)
     mtp = state.profile == "mtp"
     return Arm(len(plan.tokens), plan.total_s * 1000.0, plan.draft_n if mtp else None,
-               plan.accepted if mtp else None)
+               plan.accepted if mtp else None, sum(plan.extra_s) * 1000.0)
 
 
 def probe_evidence(machine: str, policy: Policy, scorer: Scorer) -> RouteEvidence:
@@ -162,8 +167,9 @@ class Router:
         raise NotImplementedError
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
-                 queued: bool) -> None:
-        """A request is done (what the proxy's record sink sees)."""
+                 queued: bool, served: Served | None = None) -> None:
+        """A request is done (what the proxy's record sink sees; `served`: how a batching
+        instance served it, None: alone, in its arm's time)."""
 
 
 class LeastConn(Router):
@@ -238,21 +244,23 @@ class Specroute(Router):
         return d.backend, d
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
-                 queued: bool) -> None:
+                 queued: bool, served: Served | None = None) -> None:
         queue_ms, profile, p_spec = self._decisions.pop(id(item))
         arm = item.arms[profile]
+        decode_ms = arm.ms if served is None else served.decode_ms
         self._clock += 1
         o = Observation(
             # p_spec: the decision's, read as the learner reads it from a record
             cls=item.scores.top_class, lang=item.scores.lang,
             p_spec=0.5 if p_spec is None else p_spec,
-            profile=profile, completion_tokens=arm.tokens, decode_tps=arm.tokens / arm.ms * 1000,
+            profile=profile, completion_tokens=arm.tokens, decode_tps=arm.tokens / decode_ms * 1000,
             draft_n=arm.draft_n, draft_accepted=arm.draft_accepted,
             prompt_tokens=prompt_tokens_of(item.request.body), ttft_ms=started - arrived,
             temperature=item.features.temperature,
             thinking=None if item.features.thinking_unset else item.features.thinking,
             inputs=request_inputs(item.features.as_dict(), item.scores.scores),
             queued=queue_ms > 0, backend=name, ts=f"{self._clock:012d}",
+            batch=1.0 if served is None else served.batch.mean,
         )
         self.evidence = observe(self.evidence, o, self.policy.assume)
         self.model = RouteModel(self.prior, self.evidence, self.terms)
@@ -279,12 +287,72 @@ class Simulation:
 
 
 @dataclass(frozen=True, slots=True)
+class Served:
+    """How a batching instance served a request: its decode in the batch, and the batch it ran
+    in as the pool counted it (what its record carries: `BackendPool.end`)."""
+
+    decode_ms: float
+    batch: Batch
+
+
+@dataclass
+class Batching:
+    """One instance batching up to `slots` requests, in virtual milliseconds: each one decoding
+    has a share of its decode left, done at its arm's cost at the batch in force (`cost.at_batch`:
+    processor sharing); the rest wait FIFO."""
+
+    slots: int
+    cost: CostModel
+    # index -> (share of its decode left, its plain work and speculation's extra, ms alone)
+    running: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)  # index -> when it got a slot
+    waiting: deque[tuple[int, Arm]] = field(default_factory=deque)
+    at: float = 0.0
+    busy_ms: float = 0.0  # time with a request decoding
+    pending: int = -1  # the key of its one completion event that still holds
+
+    def advance(self, now: float) -> None:
+        batch = len(self.running)
+        if batch and now > self.at:
+            span = now - self.at
+            self.busy_ms += span
+            self.running = {i: (left - span / self.cost.at_batch(base, extra, batch), base, extra)
+                            for i, (left, base, extra) in self.running.items()}
+        self.at = max(self.at, now)
+
+    def join(self, index: int, arm: Arm, now: float) -> None:
+        self.advance(now)
+        self.waiting.append((index, arm))
+        self._admit(now)
+
+    def leave(self, index: int, now: float) -> float:
+        """It ended at `now`: the next ones waiting take its slot; when it had got its own."""
+        self.advance(now)
+        del self.running[index]
+        self._admit(now)
+        return self.started.pop(index)
+
+    def _admit(self, now: float) -> None:
+        while self.waiting and len(self.running) < self.slots:
+            index, arm = self.waiting.popleft()
+            self.running[index] = (1.0, arm.ms - arm.extra_ms, arm.extra_ms)
+            self.started[index] = now
+
+    def next_end(self) -> tuple[float, int] | None:
+        batch = len(self.running)
+        return min(((self.at + max(0.0, left) * self.cost.at_batch(base, extra, batch), i)
+                    for i, (left, base, extra) in self.running.items()), default=None)
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     tokens: int
     makespan_ms: float
     mean_latency_ms: float
     to_mtp: int
     busy_share: dict[str, float]
+    # per true class: (requests sent to an mtp instance, requests)
+    classes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def tps(self) -> float:
@@ -294,9 +362,16 @@ class Outcome:
 def simulate(
     items: Sequence[Item], instances: tuple[tuple[str, str], ...], router: Router, *,
     clients: int | None = None, arrivals_ms: Sequence[float] | None = None,
+    slots: int = 1, cost: CostModel | None = None,
 ) -> Outcome:
-    """Closed loop (`clients`) or open loop (`arrivals_ms`, one per item)."""
+    """Closed loop (`clients`) or open loop (`arrivals_ms`, one per item); with `slots` > 1,
+    each instance batches up to `slots` at a time on `cost`'s curves (else FIFO, one at a
+    time)."""
     sim = Simulation(instances)
+    batches = {n: Batching(slots, cost) for n, _ in instances} if slots > 1 and cost else {}
+    for n in batches:
+        sim.pool.set_slots(n, slots, "engine")
+    classes: dict[str, tuple[int, int]] = {}
     profile_of = dict(instances)
     events: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, instance, index)
     seq = itertools.count()
@@ -314,13 +389,22 @@ def simulate(
     tokens = to_mtp = 0
     latency = end = 0.0
     while events:
-        now, kind, _, name, index = heapq.heappop(events)
+        now, kind, key, name, index = heapq.heappop(events)
         item = items[index]
+        batching = batches.get(name)
         if kind == 0:  # a completion (before arrivals at the same instant)
+            if batching is not None and key != batching.pending:
+                continue  # the batch changed since it was due: its end was scheduled again
             ticket_name, ticket, started, queued = tickets.pop(index)
-            sim.pool.end(ticket_name, ticket, now / 1000.0)
+            batch = sim.pool.end(ticket_name, ticket, now / 1000.0)
+            served = None
+            if batching is not None:
+                started = batching.leave(index, now)
+                queued = started > arrived[index]
+                served = Served(now - started, batch or Batch(1, 1.0))
+                _schedule_end(events, next(seq), name, batching)
             sim.inflight[name] -= 1
-            router.finished(item, name, arrived[index], started, now, queued)
+            router.finished(item, name, arrived[index], started, now, queued, served)
             latency += now - arrived[index]
             end = max(end, now)
             if arrivals_ms is None and next_item < len(items):
@@ -329,12 +413,18 @@ def simulate(
             continue
         arrived[index] = now
         name, decided = router.route(item, now, sim)
-        profile = profile_of[name]
+        profile, batching = profile_of[name], batches.get(name)
         arm = item.arms[profile]
-        started = max(now, sim.free_at[name])
-        finished = started + arm.ms
-        sim.free_at[name] = finished
-        sim.busy_ms[name] += arm.ms
+        sent, total = classes.get(item.request.cls, (0, 0))
+        classes[item.request.cls] = (sent + (profile == "mtp"), total + 1)
+        if batching is not None:
+            batching.join(index, arm, now)
+            started = finished = math.nan  # when it gets a slot, when it ends: as it goes
+        else:
+            started = max(now, sim.free_at[name])
+            finished = started + arm.ms
+            sim.free_at[name] = finished
+            sim.busy_ms[name] += arm.ms
         sim.inflight[name] += 1
         ticket = (sim.pool.begin(name, now=now / 1000.0) if decided is None else
                   sim.pool.begin(name, decided.service_ms, now / 1000.0,
@@ -342,9 +432,23 @@ def simulate(
         tickets[index] = (name, ticket, started, started > now)
         tokens += arm.tokens
         to_mtp += profile == "mtp"
-        heapq.heappush(events, (finished, 0, next(seq), name, index))
+        if batching is not None:
+            _schedule_end(events, next(seq), name, batching)
+        else:
+            heapq.heappush(events, (finished, 0, next(seq), name, index))
+    for n, batching in batches.items():
+        sim.busy_ms[n] = batching.busy_ms
     busy = {n: (sim.busy_ms[n] / end if end else 0.0) for n, _ in instances}
-    return Outcome(tokens, end, latency / max(1, len(items)), to_mtp, busy)
+    return Outcome(tokens, end, latency / max(1, len(items)), to_mtp, busy, classes)
+
+
+def _schedule_end(events: list[tuple[float, int, int, str, int]], key: int, name: str,
+                  batching: Batching) -> None:
+    """The batch changed: its next end, the one that holds (`Batching.pending`)."""
+    due = batching.next_end()
+    if due is not None:
+        batching.pending = key
+        heapq.heappush(events, (due[0], 0, key, name, due[1]))
 
 
 # --- the benchmark ---------------------------------------------------------------------------
