@@ -226,8 +226,9 @@ class Specroute(Router):
         self._normal = NormalDist()
         self.explored = 0
         self.to_mtp: dict[str, int] = {}
-        # id(item) -> the decision's queue ahead, profile and p_spec (None: nothing predicted)
-        self._decisions: dict[int, tuple[float, str, float | None]] = {}
+        # id(item) -> the decision's queue ahead, profile, p_spec (None: nothing predicted) and
+        # its pace there alone (as logged: None when not positive)
+        self._decisions: dict[int, tuple[float, str, float | None, float | None]] = {}
         self._clock = 0
         self.routed: list[str] = []  # the profile of each request, in arrival order
 
@@ -238,14 +239,15 @@ class Specroute(Router):
         self.explored += d.explored
         key = f"{item.request.cls}/{item.request.lang}"
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
-        self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec)
+        self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec,
+                                     d.pace_ms if d.pace_ms > 0 else None)
         self.routed.append(d.profile)
         sim.pool.note_losses(d.losses_ms)  # as the proxy does when it sends the request
         return d.backend, d
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
                  queued: bool, served: Served | None = None) -> None:
-        queue_ms, profile, p_spec = self._decisions.pop(id(item))
+        queue_ms, profile, p_spec, pace_ms = self._decisions.pop(id(item))
         arm = item.arms[profile]
         decode_ms = arm.ms if served is None else served.decode_ms
         self._clock += 1
@@ -260,7 +262,7 @@ class Specroute(Router):
             thinking=None if item.features.thinking_unset else item.features.thinking,
             inputs=request_inputs(item.features.as_dict(), item.scores.scores),
             queued=queue_ms > 0, backend=name, ts=f"{self._clock:012d}",
-            batch=1.0 if served is None else served.batch.mean,
+            batch=1.0 if served is None else served.batch.mean, pace_ms=pace_ms,
         )
         self.evidence = observe(self.evidence, o, self.policy.assume)
         self.model = RouteModel(self.prior, self.evidence, self.terms)
