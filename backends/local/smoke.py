@@ -2,8 +2,9 @@
 
 A binary can build cleanly and still crash at the first matmul (ggml's AMX kernels did, on
 the local models). So it is started on a small model with a one-token draft (the code paths
-both local instances use), asked for a few tokens, and stopped by PID. The result carries the
-end of the server's log, quoted in the error when every flag set failed.
+the local instances use, at llama-server's default slots as they run), asked for a few
+tokens, and stopped by PID. The result carries the end of the server's log, quoted in the
+error when every flag set failed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def smoke_test(binary: Path, model: Path, log: Path, *, timeout_s: float = 120.0
     SMOKE_TOKENS tokens at temperature 0, stop it; never raises for a failing binary."""
     port = free_loopback_port()
     argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--threads", "1", "--ctx-size", "512", "--parallel", "1",
+            "--threads", "1", "--ctx-size", "512",
             "-md", str(model), "--spec-type", "draft-simple", "--spec-draft-n-max", "1"]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as sink:
