@@ -193,7 +193,8 @@ async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
                                      "service_ms", "queue_ms", "tokens", "tokens_sd", "speedup",
                                      "speedup_sd",
                                      "p_spec",
-                                     "finish_ms", "pool", "arm", "config", "speedups"}
+                                     "finish_ms", "pool", "arm", "config", "speedups",
+                                     "pace_ms", "batch"}
     assert set(data["decision"]["finish_ms"]) == {"mtp-0", "plain-0"}
     assert "rewrite" not in data  # no rewrite: the request went upstream as sent
     assert parse_line(line) == stack.last

@@ -328,3 +328,35 @@ def test_the_losses_kept_are_the_latest_window() -> None:
     pool.begin("a", predicted_ms=400.0, now=0.0)
     assert _state(pool, "a", 0.1).behind.losses_ms == tuple(
         float(i) for i in range(5, BEHIND_WINDOW + 5))
+
+
+def test_each_request_gets_the_batch_it_ran_in_every_request_on_the_instance_counted() -> None:
+    spec = BackendSpec(name="a", engine="llamacpp", profile="plain", url="http://127.0.0.1:1",
+                       slots=4)
+    pool = BackendPool([spec])
+    first = pool.begin("a", 1000.0, 0.0)
+    second = pool.begin("a", 1000.0, 1.0)
+    # a bypasser seen by the engine's gauges from t=1.5 on counts too
+    pool.note_engine_load("a", EngineLoad(running=3, waiting=0), 1.5)
+    batch = pool.end("a", second, 2.0)
+    assert batch is not None and batch.start == 2 and batch.mean == pytest.approx(2.5)
+    batch = pool.end("a", first, 4.0)
+    # 1 alone for 1 s, 2 for 0.5 s, 3 for 0.5 s, then 2 (itself and the bypasser) for 2 s
+    assert batch is not None and batch.start == 1 and batch.mean == pytest.approx(7.5 / 4)
+    assert pool.end("a", 999, 5.0) is None  # not one of its tickets
+
+
+def test_the_batch_is_capped_at_the_slots_and_a_queue_of_one_is_always_one() -> None:
+    one = BackendPool([BackendSpec(name="a", engine="llamacpp", profile="plain",
+                                   url="http://127.0.0.1:1")])
+    tickets = [one.begin("a", 100.0, 0.0) for _ in range(3)]
+    assert one.end("a", tickets[0], 1.0) == (1, 1.0)
+    pool = BackendPool([BackendSpec(name="a", engine="llamacpp", profile="plain",
+                                    url="http://127.0.0.1:1")])
+    pool.set_slots("a", 2, "engine")
+    assert pool.describe(0.0)[0]["slots"] == 2
+    tickets = [pool.begin("a", 100.0, 0.0) for _ in range(3)]
+    batch = pool.end("a", tickets[2], 1.0)
+    assert batch is not None and batch.start == 2 and batch.mean == pytest.approx(2.0)
+    state = pool.states(1.0)[0]
+    assert state.slots == 2 and len(state.work().serving) == 2
