@@ -175,7 +175,6 @@ class SimState:
     # tests: "negative", "garbage" (not a number), "slow" (answers after 5 s), "none" (absent)
     gauges: str = "true"
 
-
     def __post_init__(self) -> None:
         if not isinstance(self.slots, int) or self.slots < 1:
             raise ValueError(f"slots must be a positive integer, not {self.slots!r}")

@@ -256,7 +256,6 @@ class Candidate(NamedTuple):
                 cost += elsewhere * self.behind.delay_ms(service)
         return cost
 
-
     def overlap_delay_ms(self, service_ms: float) -> float:
         """What the requests served there now lose while this one decodes beside them: each
         runs `slowdown` times slower for as long as they overlap (all of its time left when
