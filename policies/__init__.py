@@ -39,6 +39,7 @@ from policies.learner.shared import (
     total_sums,
 )
 from policies.learner.speedup import MTP_CONFIG, PriorTerms, ScalarEvidence, class_inputs
+from policies.policyfile.machine import NEUTRAL
 from policies.policyfile.pools import POOL_NAME
 from policies.policyfile.rewrite import Applied, apply_rewrite
 from policies.policyfile.schema import Policy
@@ -51,6 +52,7 @@ __all__ = [
     "EMPTY_SUMS",
     "IDLE_QUEUE",
     "MTP_CONFIG",
+    "NEUTRAL",
     "NOTHING_BEHIND",
     "PLAIN_CONFIG",
     "POOL_NAME",

@@ -21,7 +21,7 @@ from aiohttp import web
 from classifiers.features import TokenCounter
 from classifiers.memos import AskMemo, ToolsMemo
 from decisionlog.writer import DecisionLog
-from policies import PolicyStore, SessionTable, learned_path_for, paces
+from policies import NEUTRAL, PolicyStore, SessionTable, learned_path_for, paces
 from router.addons.dashboard import DashboardAddon
 from router.addons.metrics import MetricsAddon
 from router.config import Config
@@ -181,8 +181,11 @@ async def _record_probe(app: web.Application) -> AsyncIterator[None]:
                  ms_per_token={p.profile: round(p.ms_per_token, 3) for p in measured},
                  speedup={p.profile: round(plain.ms_per_token / p.ms_per_token, 3)
                           for p in measured[1:]})
+        # a machine prior the operator chose that the machine contradicts is worth a warning;
+        # the neutral prior claims nothing (its figures are placeholders to be measured)
+        report = log.info if model.prior.name == NEUTRAL.name else log.warning
         for note in measured_notes(records, model):
-            log.warning("prior_discounted", detail=note)
+            report("prior_discounted", detail=note)
     yield
 
 

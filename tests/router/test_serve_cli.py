@@ -93,6 +93,9 @@ async def test_serve_routes_logs_and_stops_cleanly(aiohttp_server: ServerFactory
     assert process.returncode == 0, stderr.decode()
     assert f"listening on http://127.0.0.1:{port}/v1" in stderr.decode()
     assert "paces_measured" in stderr.decode()
+    # the neutral prior claims no machine: measuring another one is news, not a fault
+    discounted = [line for line in stderr.decode().splitlines() if "prior_discounted" in line]
+    assert discounted and all("[info" in line for line in discounted)
     lines = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     # two probes per instance (a copy-heavy and a free-form request), then the request
     assert [r["decision"]["reason"] for r in lines[:4]] == ["probe"] * 4
