@@ -38,6 +38,7 @@ real proxy and nginx over HTTP (`bench/learning_live.py`).
 from __future__ import annotations
 
 import argparse
+import copy
 import heapq
 import itertools
 import math
@@ -226,9 +227,8 @@ class Specroute(Router):
         self._normal = NormalDist()
         self.explored = 0
         self.to_mtp: dict[str, int] = {}
-        # id(item) -> the decision's queue ahead, profile, p_spec (None: nothing predicted) and
-        # its pace there alone (as logged: None when not positive)
-        self._decisions: dict[int, tuple[float, str, float | None, float | None]] = {}
+        # id(item) -> the decision's queue ahead, profile and p_spec (None: nothing predicted)
+        self._decisions: dict[int, tuple[float, str, float | None]] = {}
         self._clock = 0
         self.routed: list[str] = []  # the profile of each request, in arrival order
 
@@ -239,15 +239,14 @@ class Specroute(Router):
         self.explored += d.explored
         key = f"{item.request.cls}/{item.request.lang}"
         self.to_mtp[key] = self.to_mtp.get(key, 0) + (d.profile == "mtp")
-        self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec,
-                                     d.pace_ms if d.pace_ms > 0 else None)
+        self._decisions[id(item)] = (d.queue_ms, d.profile, d.p_spec)
         self.routed.append(d.profile)
         sim.pool.note_losses(d.losses_ms)  # as the proxy does when it sends the request
         return d.backend, d
 
     def finished(self, item: Item, name: str, arrived: float, started: float, ended: float,
                  queued: bool, served: Served | None = None) -> None:
-        queue_ms, profile, p_spec, pace_ms = self._decisions.pop(id(item))
+        queue_ms, profile, p_spec = self._decisions.pop(id(item))
         arm = item.arms[profile]
         decode_ms = arm.ms if served is None else served.decode_ms
         self._clock += 1
@@ -262,7 +261,8 @@ class Specroute(Router):
             thinking=None if item.features.thinking_unset else item.features.thinking,
             inputs=request_inputs(item.features.as_dict(), item.scores.scores),
             queued=queue_ms > 0, backend=name, ts=f"{self._clock:012d}",
-            batch=1.0 if served is None else served.batch.mean, pace_ms=pace_ms,
+            batch=1.0 if served is None else served.batch.mean,
+            batch_start=1.0 if served is None else float(served.batch.start),
         )
         self.evidence = observe(self.evidence, o, self.policy.assume)
         self.model = RouteModel(self.prior, self.evidence, self.terms)
@@ -280,6 +280,8 @@ class Simulation:
     inflight: dict[str, int] = field(default_factory=dict)
     busy_ms: dict[str, float] = field(default_factory=dict)
     pool: BackendPool = field(init=False)
+    # the batching instances, when they batch (what a clairvoyant router may look into)
+    batches: dict[str, Batching] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         specs = [BackendSpec(name=n, profile=p, url="http://127.0.0.1:9") for n, p in self.instances]
@@ -340,6 +342,17 @@ class Batching:
             self.running[index] = (1.0, arm.ms - arm.extra_ms, arm.extra_ms)
             self.started[index] = now
 
+    def ends_alone(self, now: float) -> dict[int, float]:
+        """When each request here would end were nothing more to come (a copy runs on)."""
+        ahead = copy.deepcopy(self)
+        ahead.advance(now)
+        ends: dict[int, float] = {}
+        while ahead.running:
+            at, index = ahead.next_end()  # type: ignore[misc]  # running: there is one
+            ahead.leave(index, at)
+            ends[index] = at
+        return ends
+
     def next_end(self) -> tuple[float, int] | None:
         batch = len(self.running)
         return min(((self.at + max(0.0, left) * self.cost.at_batch(base, extra, batch), i)
@@ -371,6 +384,7 @@ def simulate(
     time)."""
     sim = Simulation(instances)
     batches = {n: Batching(slots, cost) for n, _ in instances} if slots > 1 and cost else {}
+    sim.batches = batches
     for n in batches:
         sim.pool.set_slots(n, slots, "engine")
     classes: dict[str, tuple[int, int]] = {}

@@ -150,9 +150,9 @@ def place(
              else predict_speedup(policy, features, scores, model))
     return Decision(
         profile=chosen.profile, backend=chosen.name, reason=reason, rule=rule,
-        explored=choice.explored, service_ms=chosen.service_ms(tokens), queue_ms=chosen.queue_ms,
+        explored=choice.explored, service_ms=chosen.lifelong_ms(tokens), queue_ms=chosen.queue_ms,
         tokens=tokens, tokens_sd=model.completion_spread(x),
-        most_ms=chosen.service_ms(features.max_tokens) if features.max_tokens > 0 else 0.0,
+        most_ms=chosen.lifelong_ms(features.max_tokens) if features.max_tokens > 0 else 0.0,
         speedup=shown.speedup, speedup_sd=shown.sd, p_spec=shown.pays,
         finish_ms=dict(choice.finish_ms), losses_ms=dict(choice.losses_ms), config=chosen.config,
         pace_ms=chosen.pace_ms, batch=chosen.batch,
@@ -257,25 +257,29 @@ def candidate(
         median = drawn = t_plain
     work = b.work()
     spread = speedup.prediction.sd if speedup and speedup.prediction.unlearned else 0.0
-    batch, factor, slowdown = _batch_terms(b, work.requests, model)
+    batch, factor, lifelong, slowdown = _batch_terms(b, work.requests, model)
     return Candidate(b.name, b.profile, work.work_ms, prefill, median * factor, drawn * factor,
                      waiting=work.requests, thin=model.measured(b.config) < THIN_BELOW,
                      unlearned_sd=spread,
                      tie_rank=b.tie_rank, contended=b.contended, config=b.config,
                      behind=b.behind, slots=b.slots, serving=work.serving, slowdown=slowdown,
-                     batch=batch, pace_ms=median)
+                     batch=batch, pace_ms=median, lifelong_ms_per_token=median * lifelong)
 
 
-def _batch_terms(b: BackendState, requests: int, model: RouteModel) -> tuple[int, float, float]:
+def _batch_terms(b: BackendState, requests: int,
+                 model: RouteModel) -> tuple[int, float, float, float]:
     """(the batch a request would decode in on `b`, its per-token time there over its time
-    alone, how much slower the requests served there now decode once it joins): on an
-    instance that serves one at a time, (1, 1, 1)."""
+    alone, the same at the batch it is expected to run in over its life, how much slower the
+    requests served there now decode once it joins): one at a time, (1, 1, 1, 1). The choice
+    compares the batches as they are (where the next requests go is the choices still to
+    come); the prediction the request carries is its life's (what the batch then does)."""
     if b.slots <= 1:
-        return 1, 1.0, 1.0
+        return 1, 1.0, 1.0, 1.0
     batch = joined_batch(requests, b.slots)
     curve = model.batch_curve(b.name)
     factor = curve.factor(batch)
-    return batch, factor, factor / curve.factor(batch - 1) if batch > 1 else 1.0
+    slowdown = factor / curve.factor(batch - 1) if batch > 1 else 1.0
+    return batch, factor, curve.joining(batch), slowdown
 
 
 def failover_order(

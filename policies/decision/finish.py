@@ -225,6 +225,8 @@ class Candidate(NamedTuple):
     slowdown: float = 1.0
     batch: int = 1  # the batch this request would decode in there, itself included
     pace_ms: float = 0.0  # its ms per token there alone (at the posterior median)
+    # its ms per token at the batch it is expected to decode in over its life (0: `ms_per_token`)
+    lifelong_ms_per_token: float = 0.0
 
     @property
     def speculates(self) -> bool:
@@ -238,6 +240,11 @@ class Candidate(NamedTuple):
         """This request's own time on the instance, once it starts."""
         per_token = self.sampled_ms_per_token if sampled else self.ms_per_token
         return self.prefill_ms + tokens * per_token
+
+    def lifelong_ms(self, tokens: float) -> float:
+        """Its service as predicted for its life there: the batch it joins as that batch is
+        expected to move (what its record and the pool carry)."""
+        return self.prefill_ms + tokens * (self.lifelong_ms_per_token or self.ms_per_token)
 
     def cost_ms(self, tokens: float, sampled: bool = False, idle_elsewhere: int = 0) -> float:
         """Its finish plus the delay its service imposes on the requests expected to come while

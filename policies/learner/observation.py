@@ -57,8 +57,7 @@ class Observation:
     # the batch it decoded in: the mean number of requests served at once on its instance over
     # its life, itself included (records without one: 1, one at a time)
     batch: float = 1.0
-    # the decision's predicted ms per token on its instance at a batch of 1 (None: not logged)
-    pace_ms: float | None = None
+    batch_start: float = 1.0  # the batch it joined, itself included (records without one: 1)
 
     @property
     def config(self) -> str:
@@ -95,6 +94,11 @@ class Observation:
         temperature = self.temperature if self.temperature >= 0 else assume.temperature
         thinking = assume.thinking if self.thinking is None else self.thinking
         return temperature <= 0 and not thinking
+
+    @property
+    def in_batch(self) -> bool:
+        """It shared its instance with others at some point: a row of its batch terms."""
+        return self.batch > 1.0 or self.batch_start > 1.0
 
     @property
     def ms_per_token(self) -> float:
@@ -143,7 +147,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             disconnected=bool(outcome.client_disconnected or outcome.error),
             spec=str(outcome.spec or ""),
             batch=_batch(outcome.batch_mean),
-            pace_ms=_positive_or_none(record.decision.get("pace_ms")),
+            batch_start=_batch(outcome.batch_start),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -182,11 +186,6 @@ def _batch(value: Any) -> float:
     """The logged mean batch, at least 1 (absent, an older record: 1)."""
     batch = _float_or_none(value)
     return batch if batch is not None and math.isfinite(batch) and batch >= 1.0 else 1.0
-
-
-def _positive_or_none(value: Any) -> float | None:
-    number = _float_or_none(value)
-    return number if number is not None and math.isfinite(number) and number > 0 else None
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, Self, TypeVar
 
 import numpy as np
 
-from policies.learner.batch import PRIOR_CURVE, BatchCurve, BatchEvidence
+from policies.learner.batch import NO_BATCH, PRIOR_CURVE, BatchCurve, BatchEvidence
 from policies.learner.length import LengthModel
 from policies.learner.observation import Observation
 from policies.learner.speedup import (
@@ -44,7 +44,6 @@ COMPLETION_PRIOR_WEIGHT: Final = 3.0
 # No observations (immutable: one shared instance, not a new one per lookup on every decision).
 _NO_DATA: Final = ScalarEvidence()
 _NO_ROWS: Final = Evidence.empty()
-_NO_BATCH: Final = BatchEvidence()
 
 
 PLAIN_CONFIG: Final = "plain"  # the config key of instances that do not speculate
@@ -82,11 +81,6 @@ class RouteEvidence:
             batch=_merge(self.batch, other.batch),
             through=max(self.through, other.through),
         )
-
-    def batch_curve(self, instance: str) -> BatchCurve:
-        """`instance`'s per-token time against its batch (the prior's with no record)."""
-        sums = self.batch.get(instance)
-        return PRIOR_CURVE if sums is None else sums.curve()
 
     def greedy_of(self, config: str) -> Evidence:
         """The greedy regression sums of `config`'s instances (empty when never measured)."""
@@ -167,29 +161,29 @@ def _merge(a: Mapping[str, _S], b: Mapping[str, _S]) -> dict[str, _S]:
 
 
 def gather(observations: Iterable[Observation], assume: Assume) -> RouteEvidence:
-    """The evidence in a batch of observations (what `specroute learn` stores): each
-    instance's batch curve first, then every pace taken back to a batch of 1 by it."""
-    paced = [o for o in observations if o.paced]
-    batch: dict[str, BatchEvidence] = {}
-    for o in paced:
-        if o.pace_ms is not None:
-            batch[o.backend] = _batch_row(batch.get(o.backend, _NO_BATCH), o)
-    slopes = {name: sums.curve().slope for name, sums in batch.items()}
-    evidence = RouteEvidence(batch=batch)
+    """The evidence in a batch of observations (what `specroute learn` stores)."""
+    evidence = RouteEvidence()
     rows: dict[str, list[tuple[Vector, float]]] = {}
     lengths: dict[str, list[tuple[Vector, float]]] = {}
-    for o in paced:
+    batch: dict[str, BatchEvidence] = {}
+    for o in observations:
+        if not o.paced:
+            continue
         x = _inputs(o)
-        y = log_pace(o, slopes.get(o.backend, 0.0))
-        if x is not None and _regression_row(o, assume):
-            rows.setdefault(o.config, []).append((x, y))
+        greedy_row = x is not None and _regression_row(o, assume)
+        if greedy_row:
+            assert x is not None
+            rows.setdefault(o.config, []).append((x, math.log(o.ms_per_token)))
             evidence = replace(evidence, **_others(evidence, o))
         else:
-            evidence = add_scalars(evidence, o, assume, y)
+            evidence = add_scalars(evidence, o, assume)
+        if o.in_batch:
+            batch[o.backend] = _batch_row(batch.get(o.backend, NO_BATCH), o, x if greedy_row
+                                          else None, assume)
         if x is not None and _length_row(o):
             lengths.setdefault(o.cls, []).append((x, math.log(o.completion_tokens)))
     by_config = {config: Evidence.of(config_rows) for config, config_rows in rows.items()}
-    return replace(evidence, greedy=_merge(evidence.greedy, by_config),
+    return replace(evidence, greedy=_merge(evidence.greedy, by_config), batch=batch,
                    length={cls: Evidence.of(rows) for cls, rows in lengths.items()})
 
 
@@ -197,32 +191,31 @@ def observe(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvi
     """The evidence with one more observation (what the proxy does as records arrive)."""
     if not o.paced:
         return evidence
-    if o.pace_ms is not None:
-        sums = _batch_row(evidence.batch.get(o.backend, _NO_BATCH), o)
-        evidence = replace(evidence, batch={**evidence.batch, o.backend: sums})
-    y = log_pace(o, evidence.batch_curve(o.backend).slope if o.batch > 1.0 else 0.0)
     x = _inputs(o)
+    greedy_row = x is not None and _regression_row(o, assume)
+    if o.in_batch:
+        sums = _batch_row(evidence.batch.get(o.backend, NO_BATCH), o,
+                          x if greedy_row else None, assume)
+        evidence = replace(evidence, batch={**evidence.batch, o.backend: sums})
     if x is not None and _length_row(o):
         before = evidence.length.get(o.cls, _NO_ROWS)
         length = {**evidence.length, o.cls: before.plus(x, math.log(o.completion_tokens))}
         evidence = replace(evidence, length=length)
-    if x is not None and _regression_row(o, assume):
+    if greedy_row:
+        assert x is not None
         before = evidence.greedy.get(o.config, _NO_ROWS)
-        greedy = {**evidence.greedy, o.config: before.plus(x, y)}
+        greedy = {**evidence.greedy, o.config: before.plus(x, math.log(o.ms_per_token))}
         return replace(evidence, greedy=greedy, **_others(evidence, o))
-    return add_scalars(evidence, o, assume, y)
+    return add_scalars(evidence, o, assume)
 
 
-def log_pace(o: Observation, slope: float) -> float:
-    """log(ms per token) of the request as it would have run alone: its batch's cost taken
-    out by its instance's curve (a batch of 1: as measured)."""
-    y = math.log(o.ms_per_token)
-    return y - slope * math.log(o.batch) if o.batch > 1.0 else y
-
-
-def _batch_row(sums: BatchEvidence, o: Observation) -> BatchEvidence:
-    assert o.pace_ms is not None
-    return sums.plus(o.batch, math.log(o.ms_per_token) - math.log(o.pace_ms), o.config)
+def _batch_row(sums: BatchEvidence, o: Observation, x: Vector | None,
+               assume: Assume) -> BatchEvidence:
+    """`o`, served in a batch above 1, into its instance's slope sums: a greedy row on a
+    speculating instance with its inputs, a sampled one as such, a plain one's alone."""
+    sampled = o.config != PLAIN_CONFIG and x is None and not o.greedy(assume)
+    return sums.plus(o.batch, math.log(o.ms_per_token), o.config,
+                     None if x is None else x.tolist(), sampled, o.batch_start)
 
 
 def _inputs(o: Observation) -> Vector | None:
@@ -241,17 +234,14 @@ def _regression_row(o: Observation, assume: Assume) -> bool:
     return o.config != PLAIN_CONFIG and o.greedy(assume)
 
 
-def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume,
-                y: float | None = None) -> RouteEvidence:
-    """`o` into the scalar sums: a plain instance's pace, a config's sampled requests (`y`:
-    its log pace at a batch of 1; None: as measured)."""
+def add_scalars(evidence: RouteEvidence, o: Observation, assume: Assume) -> RouteEvidence:
     changes = _others(evidence, o)
-    y = math.log(o.ms_per_token) if y is None else y
     if o.config == PLAIN_CONFIG:
-        changes["plain"] = evidence.plain.plus(y)
+        changes["plain"] = evidence.plain.plus(math.log(o.ms_per_token))
     elif not o.greedy(assume):
         before = evidence.sampled.get(o.config, _NO_DATA)
-        changes["sampled"] = {**evidence.sampled, o.config: before.plus(y)}
+        changes["sampled"] = {**evidence.sampled,
+                              o.config: before.plus(math.log(o.ms_per_token))}
     return replace(evidence, **changes)
 
 
@@ -281,7 +271,8 @@ class RouteModel:
         with every record)."""
         self.prior, self.evidence = prior, evidence
         terms = terms if terms is not None else PriorTerms.of(prior)
-        self.posterior = Posterior(terms, evidence.greedy, evidence.plain, evidence.sampled)
+        self.posterior = Posterior(terms, evidence.greedy, evidence.plain, evidence.sampled,
+                                   evidence.batch)
         self.pace = self.posterior.pace(evidence.plain.n)
         self.t_plain_ms = self.pace.speedup  # exp(log pace): the median ms per token
         self.typical_tokens = _typical_tokens(prior, evidence)
@@ -306,7 +297,11 @@ class RouteModel:
         """`instance`'s per-token time against the batch it decodes in."""
         curve = self._curves.get(instance)
         if curve is None:
-            curve = self._curves[instance] = self.evidence.batch_curve(instance)
+            slope = self.posterior.batch_slope(instance)
+            sums = self.evidence.batch.get(instance, NO_BATCH)
+            curve = (PRIOR_CURVE if slope is None
+                     else BatchCurve(*slope, sums.n, True, *sums.drift()))
+            self._curves[instance] = curve
         return curve
 
     def measured(self, config: str) -> int:

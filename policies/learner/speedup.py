@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from classifiers.scores import CLASSES
+from policies.learner.batch import SLOPE_PRIOR, SLOPE_PRIOR_SD, BatchEvidence
 from policies.policyfile.machine import MachinePrior
 
 Vector = npt.NDArray[np.float64]
@@ -287,12 +288,14 @@ class Posterior:
     """
 
     def __init__(self, terms: PriorTerms, greedy: Mapping[str, Evidence], plain: ScalarEvidence,
-                 sampled: Mapping[str, ScalarEvidence]) -> None:
+                 sampled: Mapping[str, ScalarEvidence],
+                 batch: Mapping[str, BatchEvidence] | None = None) -> None:
         self.terms = terms
         configs = sorted(c for c in {*greedy, *sampled}
                          if greedy.get(c, _NO_ROWS).n or sampled.get(c, _NO_SCALARS).n)
+        batched = sorted(name for name, sums in (batch or {}).items() if sums.measured)
         d = len(INPUTS)
-        size = 1 + len(configs) * (d + 1)
+        size = 1 + len(configs) * (d + 1) + len(batched)
         # rows: greedy on c a = (1, .., -x in c's weights, ..), sampled on c (1, .., -1 in c's
         # sampled term, ..), plain (1, 0, ..); y = log(ms per token). Sum a a^T and sum a y:
         data, ay = np.zeros((size, size)), np.zeros(size)
@@ -315,6 +318,22 @@ class Posterior:
             ay[PACE] += rows.xty[0] + scalars.total
             ay[w] = -rows.xty
             ay[s] = -scalars.total
+        # each instance that served in a batch: its slope over log(batch), crossed with the
+        # pace and with its config's terms (`policies.learner.batch`)
+        self._slopes: dict[str, int] = {}
+        for k, name in enumerate(batched, start=size - len(batched)):
+            sums = (batch or {})[name]
+            self._slopes[name] = k
+            prior_mean[k], prior_var[k] = SLOPE_PRIOR, SLOPE_PRIOR_SD**2
+            data[PACE, k] = data[k, PACE] = sums.u
+            data[k, k] = sums.uu
+            ay[k] = sums.uy
+            block = self._blocks.get(sums.config)
+            if block is not None:
+                w, s = slice(block.start, block.stop - 1), block.stop - 1
+                if sums.xu:
+                    data[w, k] = data[k, w] = -np.array(sums.xu)
+                data[s, k] = data[k, s] = -sums.sampled_u
         precision = np.diag(1.0 / prior_var) + data / terms.noise
         weighted = prior_mean / prior_var + ay / terms.noise
         self.cov: Vector = np.asarray(np.linalg.inv(precision), dtype=np.float64)
@@ -391,6 +410,14 @@ class Posterior:
             local[0] = 0.0
             self._local_vars[config] = local
         return local
+
+    def batch_slope(self, instance: str) -> tuple[float, float] | None:
+        """`instance`'s slope of log(ms per token) over log(batch) and its sd (None: it has
+        not served in a batch above 1)."""
+        k = self._slopes.get(instance)
+        if k is None:
+            return None
+        return float(self.mean[k]), _sd(self.cov[k, k])
 
     def pace(self, n: int) -> Prediction:
         """log(ms per token) on a plain instance (`n`: the plain observations behind it)."""

@@ -3,7 +3,6 @@ batch a request joins, what it costs the requests it decodes beside, and `slots:
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -12,10 +11,11 @@ from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
 from policies.decision.batching import batch_work, joined_batch, slot_wait
 from policies.decision.decide import decide
-from policies.decision.finish import Candidate, InFlight, Running
-from policies.learner.batch import BatchEvidence
-from policies.learner.routemodel import RouteEvidence, RouteModel
+from policies.decision.finish import Candidate, InFlight, Running, queued_ms
+from policies.learner.observation import Observation
+from policies.learner.routemodel import RouteModel, gather
 from policies.policyfile.machine import LOCAL_PAIR
+from policies.policyfile.schema import Assume
 from tests.policies.decision.test_decide import FEATURES, POLICY
 
 
@@ -59,12 +59,13 @@ def test_joining_a_batch_costs_the_requests_there_their_slowdown_while_they_over
 
 
 def _cpu_model(slope: float, n: int = 40) -> RouteModel:
-    """The local pair's prior with every instance's batch curve measured at `slope`."""
-    sums = BatchEvidence()
-    for i in range(n):
-        batch = 1 + i % 4
-        sums = sums.plus(batch, slope * math.log(batch))
-    return RouteModel(LOCAL_PAIR, RouteEvidence(batch={"plain-0": sums, "plain-1": sums}))
+    """The local pair's prior with both plain instances measured at 50 ms a token alone and
+    x b^`slope` in a batch of b."""
+    records = [Observation("chat", "en", 0.3, "plain", 100, 1000.0 / (50.0 * batch**slope),
+                           backend=name, ts=f"{name}{i:04d}", batch=batch, batch_start=batch)
+               for i in range(n) for name in ("plain-0", "plain-1")
+               for batch in [1.0 + i % 4]]
+    return RouteModel(LOCAL_PAIR, gather(records, Assume()))
 
 
 def _serving(name: str, requests: int, left_ms: float, slots: int = 4) -> BackendState:
@@ -97,10 +98,12 @@ def test_on_a_flat_gpu_curve_a_busy_batch_costs_little() -> None:
 
 def test_one_slot_is_the_queue_of_one_as_before() -> None:
     model = _cpu_model(1.0)
-    one = (_serving("plain-0", 1, 5_000.0, slots=1), _serving("plain-1", 0, 0, slots=1))
-    legacy = tuple(b._replace(slots=1) for b in one)
-    ask = Ask(FEATURES, Scores("chat", "en", {"chat": 1.0}))
-    decided = decide(ask, State(POLICY, model, one))
-    assert decided == decide(ask, State(POLICY, RouteModel(LOCAL_PAIR, RouteEvidence()), legacy))
-    assert decided.finish_ms["plain-0"] > 5_000.0  # queued behind the one there
-    assert decided.batch == 1
+    one = (_serving("plain-0", 1, 5_000.0, slots=1), _serving("plain-1", 1, 8_000.0, slots=1))
+    decided = decide(Ask(FEATURES, Scores("chat", "en", {"chat": 1.0})), State(POLICY, model, one))
+    assert decided.batch == 1 and decided.backend == "plain-0"
+    # its own service at the pace alone, whatever the curve learned; the queue of one ahead
+    prefill = decided.service_ms - decided.tokens * model.t_plain_ms
+    assert decided.pace_ms == pytest.approx(model.t_plain_ms)
+    assert decided.queue_ms == pytest.approx(queued_ms(one[0].queue))
+    assert decided.finish_ms["plain-1"] == pytest.approx(
+        queued_ms(one[1].queue) + prefill + decided.tokens * model.t_plain_ms)
