@@ -255,6 +255,11 @@ class Candidate(NamedTuple):
         service = self.service_ms(tokens, sampled)
         cost = self.queue_ms + service + self.contended * service
         if self.slots > 1:  # the price of a batch: the requests served there slow down
+            if self.queue_ms > 0.0:
+                # full: as many requests as wait there now will come while it waits and decodes,
+                # and each waits for a slot a slot's share of its service longer (as the queue
+                # of one prices the requests behind, over `slots` servers)
+                return cost + (self.waiting - self.slots + 1) * service / self.slots
             return cost + self.overlap_delay_ms(service)
         if self.waiting:
             elsewhere = min(self.waiting, idle_elsewhere)

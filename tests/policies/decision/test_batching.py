@@ -54,8 +54,10 @@ def test_joining_a_batch_costs_the_requests_there_their_slowdown_while_they_over
     # one ends first (100 ms left, now twice as slow: 100 more), the other outlives it
     # (it decodes at half speed while ours runs: 400 x (1 - 1/2) = 200 lost)
     assert c.cost_ms(40) == pytest.approx(service + 100.0 + 200.0)
-    waiting = c._replace(queue_ms=50.0)  # waits for a slot: slows no one as it joins
-    assert waiting.cost_ms(40) == pytest.approx(50.0 + service)
+    # full: it waits for a slot and slows no one as it joins, but each request that comes
+    # while it waits or decodes (as many as are there now) waits a slot's share of it more
+    full = c._replace(queue_ms=50.0, waiting=5)
+    assert full.cost_ms(40) == pytest.approx(50.0 + service + 2 * service / 4)
 
 
 def _cpu_model(slope: float, n: int = 40) -> RouteModel:
