@@ -11,8 +11,10 @@ So its predicted finish is
   + its tokens x the instance's per-token time at the batch it decodes in
     (`policies.learner.batch`: its pace alone x b^slope, learned per instance),
 and the price it imposes is what the requests served there now lose while they decode beside
-it, each that much slower (`Candidate.overlap_delay_ms`), in place of the queue-of-one price of
-the requests left behind. One slot is the case `policies.decision.finish` prices as before.
+it, each that much slower (`Candidate.overlap_delay_ms`), or, when it waits for a slot, a slot's
+share of its service for each request that will come meanwhile (`Candidate.cost_ms`), in place
+of the queue-of-one price of the requests left behind. One slot is the case
+`policies.decision.finish` prices as before.
 """
 
 from __future__ import annotations
