@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from backends.engines import ADAPTERS, EngineAdapter
+from backends.engines import ADAPTERS, VLLM_PER_REQUEST_FLAG, EngineAdapter
 from backends.slots import listed_slots, props_slots
 from backends.spec import BackendSpec
 from backends.stats import (
@@ -322,17 +322,31 @@ def _speculation_warnings(spec: BackendSpec, answers: Mapping[str, TimedProbe]) 
         return []
     drafted = total_drafted(answers.values())
     label = f"backend {spec.name!r} ({spec.spec_key})"
+    hint = _vllm_flag_hint(spec, answers)
     if spec.profile == "mtp" and drafted is None:
         return [(f"{label}: the engine reports no draft statistics; speculation cannot be "
-                 "confirmed (decode tokens/s is still measured)")]
+                 f"confirmed (decode tokens/s is still measured){hint}")]
     if spec.profile == "mtp" and drafted == 0:
         why = ("its lookup found nothing to draft (its n-gram bounds may be longer than the "
                "probe), or speculation is not running there" if _looks_up(spec)
                else "speculation is not running there")
-        return [f"{label} drafted no token on the greedy probes ({', '.join(answers)}): {why}"]
+        return [f"{label} drafted no token on the greedy probes ({', '.join(answers)}): "
+                + why + hint]
+    if hint:
+        return [f"{label}: no answer carries its drafts; they are read from /metrics' counters "
+                "around requests that run alone, and it is priced from its measured paces"
+                + hint]
     if spec.profile == "plain" and drafted:
         return [f"{label} drafted {drafted} tokens: it speculates, so both profiles do"]
     return []
+
+
+def _vllm_flag_hint(spec: BackendSpec, answers: Mapping[str, TimedProbe]) -> str:
+    """What a speculating vLLM whose answers carry no `metrics.speculative_decoding` lacks."""
+    if spec.engine != "vllm" or spec.profile != "mtp" or any(
+            answer.report.spec_source == "metrics" for answer in answers.values()):
+        return ""
+    return f"; start it with `{VLLM_PER_REQUEST_FLAG} summary` to have them in each answer"
 
 
 def _looks_up(spec: BackendSpec) -> bool:

@@ -130,7 +130,8 @@ async def test_readyz_says_which_instance_drafted_on_the_probes(
     assert (backends["mtp-0"]["drafts"], backends["plain-0"]["drafts"]) == (False, False)
     assert backends["mtp-0"]["probe_warnings"] == [
         ("backend 'mtp-0' (mtp) drafted no token on the greedy probes (copy, free): "
-         "speculation is not running there")]
+         "speculation is not running there; start it with `--per-request-spec-decode-metrics "
+         "summary` to have them in each answer")]
     assert backends["plain-0"]["probe_warnings"] == []
 
 
