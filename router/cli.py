@@ -121,6 +121,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="2 or more: that many replicas sharing a real redis-server, nginx "
                       "round robin in front (deploy/nginx/specroute.conf; apt-get install -y "
                       "nginx redis-server); with --front proxy only")
+    demo.add_argument("--slots", type=int, default=None,
+                      help="requests each instance serves at once: local, llama-server's "
+                      "--parallel (default: its own, 4); fake, the simulated engines batch on "
+                      "a GPU-like curve (default: 1, one at a time as ds4)")
     demo.add_argument("--requests", type=int, default=10, help="requests per phase")
     demo.add_argument("--max-tokens", type=int, default=None,
                       help="max_tokens of each request (default: 32 local, edits 128; 128 fake)")
@@ -225,8 +229,12 @@ def _demo(args: argparse.Namespace) -> int:
                                  out=args.out, replicas=args.replicas)
     from router.ops.demo import run_demo
 
+    if args.slots is not None and args.slots < 1:
+        print("specroute demo: --slots must be 1 or more", file=sys.stderr)
+        return 2
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
-                    min_samples=args.min_samples, out=args.out, front=args.front)
+                    min_samples=args.min_samples, out=args.out, front=args.front,
+                    slots=args.slots)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

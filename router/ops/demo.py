@@ -27,6 +27,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
@@ -35,7 +36,7 @@ from typing import Any
 import openai
 from aiohttp import web
 
-from backends.local.simulator import CostModel, SimState, create_sim_app
+from backends.local.simulator import MACHINES, CostModel, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
 from decisionlog.records import RouteRecord
 from policies import DEFAULT_POLICY, PROBE_REASON, describe_model
@@ -53,6 +54,8 @@ from router.state import CONFIG, Deps
 GB10_ACCEPTANCE = {"agent": 0.926, "code": 0.854, "technical": 0.802, "prose": 0.604, "chat": 0.602,
                    "edit": 0.97}
 DEMO_TIME_SCALE = 0.15  # the simulated engines run at 0.15x of GB10 step times
+# With --slots the simulated engines batch on a GPU's curve: nearly flat, speculation fading.
+BATCH_CURVE = MACHINES["gpu-batch"]
 CLASSES = ("agent", "code", "edit", "technical", "prose", "chat")
 Stop = Any
 
@@ -67,12 +70,13 @@ class _Collect:
 
 def run_demo(
     *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
-    front: str = "proxy",
+    front: str = "proxy", slots: int | None = None,
 ) -> int:
-    """The demo with one proxy in front (`--replicas 2`: router/ops/demo_replicas)."""
+    """The demo with one proxy in front (`--replicas 2`: router/ops/demo_replicas). `slots`:
+    the requests each instance serves at once (None: the engine's own, 1 for the fake ones)."""
     tokens, edit_tokens = demo_tokens(backends, max_tokens)
     return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
-                             front, edit_tokens))
+                             front, edit_tokens, slots))
 
 
 def demo_tokens(backends: str, max_tokens: int | None) -> tuple[int, int]:
@@ -87,11 +91,11 @@ def demo_tokens(backends: str, max_tokens: int | None) -> tuple[int, int]:
 
 
 async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: Path,
-                front: str = "proxy", edit_tokens: int = 0) -> int:
+                front: str = "proxy", edit_tokens: int = 0, slots: int | None = None) -> int:
     policy = demo_policy(out, backends, min_samples)
     stops: list[Stop] = []
     try:
-        specs, model = await _backends(backends, stops)
+        specs, model = await _backends(backends, stops, slots)
         collect = _Collect()
         config = Config(
             backends=specs, policy=str(policy), learn={"interval_s": 0},
@@ -165,19 +169,25 @@ async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> s
     return f"http://127.0.0.1:{listen}/v1"
 
 
-async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], str]:
+async def _backends(kind: str, stops: list[Stop],
+                    slots: int | None = None) -> tuple[list[BackendSpec], str]:
     if kind == "local":
         print("specroute demo: three real local llama.cpp instances of Qwen2.5-Coder 1.5B "
               "(plain, n-gram prompt lookup, the 0.5B as a depth-1 draft); the first run builds "
               "and downloads into the cache (~10-15 minutes), later runs reuse it")
-        return local_instances()
+        return local_instances(slots)
+    batching = slots or 1
     print("specroute demo: three SIMULATED engines (GB10 cost model: plain, MTP-1 with per-class "
-          f"acceptance, n-gram prompt lookup), time scale {DEMO_TIME_SCALE}x")
+          f"acceptance, n-gram prompt lookup), time scale {DEMO_TIME_SCALE}x"
+          + (f", {batching} slots each on a GPU-like batch curve" if batching > 1 else ""))
     truth = class_by_key()
     specs = []
+    cost = CostModel() if batching == 1 else replace(
+        CostModel(), batch_cost=BATCH_CURVE.batch_cost,
+        verify_batch_cost=BATCH_CURVE.verify_batch_cost)
     for name, profile, speculation in (("mtp-0", "mtp", ""), ("plain-0", "plain", ""),
                                        ("ngram-0", "mtp", "ngram")):
-        sim = SimState(profile=profile, speculation=speculation, cost=CostModel(),
+        sim = SimState(profile=profile, speculation=speculation, cost=cost, slots=batching,
                        acceptance=GB10_ACCEPTANCE, reply_tokens=1024, time_scale=DEMO_TIME_SCALE,
                        model="deepseek-v4-flash-sim",
                        class_of=lambda body: truth.get(last_text(body), "technical"))
@@ -192,14 +202,14 @@ async def _backends(kind: str, stops: list[Stop]) -> tuple[list[BackendSpec], st
     return specs, "deepseek-v4-flash-sim"
 
 
-def local_instances() -> tuple[list[BackendSpec], str]:
+def local_instances(slots: int | None = None) -> tuple[list[BackendSpec], str]:
     """The launch specs of the three local instances (plain, n-gram prompt lookup, the draft
-    model at depth 1), each serving llama-server's default slots (it tells them on /props), and
-    their model id; builds and downloads into the cache on first use."""
+    model at depth 1), each serving `slots` at once (None: llama-server's default; it tells
+    them on /props), and their model id; builds and downloads into the cache on first use."""
     from backends.local.pair import THREE, ensure_pair, local_specs
 
     pair = ensure_pair("qwen")
-    return local_specs("qwen", THREE), pair.target.stem
+    return local_specs("qwen", THREE, parallel=slots), pair.target.stem
 
 
 async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str], what: str) -> dict[str, str]:

@@ -69,6 +69,20 @@ def test_the_simulated_demo_measures_three_instances_then_routes_on_auto(
     assert all(r["outcome"]["status"] == 200 for r in workload)
 
 
+def test_the_simulated_demo_with_slots_batches_and_records_each_requests_batch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_demo(backends="fake", requests=2, max_tokens=16, min_samples=1,
+                    out=str(tmp_path), slots=4) == 0
+    assert "4 slots each on a GPU-like batch curve" in capsys.readouterr().out
+    records = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    workload = [r for r in records if not r["request_id"].startswith("probe_")]
+    assert len(workload) == 8 and all(r["outcome"]["status"] == 200 for r in workload)
+    # one client: each request alone on its instance, and its record says so
+    assert all(r["outcome"]["batch_start"] == 1 for r in workload)
+    assert all(1.0 <= r["outcome"]["batch_mean"] <= 4.0 for r in workload)
+    assert all(r["decision"]["pace_ms"] > 0 for r in workload)
+
+
 def test_the_demo_behind_a_real_envoy_routes_and_records_through_the_picker(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     require_envoy()
