@@ -71,7 +71,7 @@ class Decision:
     # the proxy's pool keeps the recent ones, the price of making a request go elsewhere)
     losses_ms: dict[str, float] = field(default_factory=dict, compare=False)
     config: str = ""  # the chosen instance's speculation config (`plain`, `mtp`, `ngram-simple`..)
-    pace_ms: float = 0.0  # its predicted ms per token there alone (what its batch is learned against)
+    pace_ms: float = 0.0  # its predicted ms per token there alone (before its batch's cost)
     batch: int = 1  # the batch it was predicted to decode in there, itself included
     # instance -> the batch it would decode in there, where that is above 1 (not logged)
     batches: dict[str, int] = field(default_factory=dict, compare=False)
