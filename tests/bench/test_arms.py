@@ -507,3 +507,14 @@ def test_the_edit_story_mix_is_copy_edits_and_stories() -> None:
             assert "rename" in text.lower() and "```python" in text
         else:
             assert text.startswith(STORY.split("{", 1)[0])
+
+
+def test_the_vllm_pair_takes_plain_and_ngram_only(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.arms import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--backends", "real", "--engine", "vllm", "--configs", "plain", "draft",
+              "--loads", "1", "--requests", "11", "--out", str(tmp_path / "out")])
+    assert "--configs plain ngram" in str(refused.value)
+    assert "(vllm)" in capsys.readouterr().out  # said before anything was launched
