@@ -121,6 +121,9 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="2 or more: that many replicas sharing a real redis-server, nginx "
                       "round robin in front (deploy/nginx/specroute.conf; apt-get install -y "
                       "nginx redis-server); with --front proxy only")
+    demo.add_argument("--engine", choices=("llamacpp", "vllm"), default="llamacpp",
+                      help="local: llama-server (three Qwen2.5-Coder-1.5B instances) or vLLM on "
+                      "the CPU (plain and n-gram Qwen2.5-Coder-0.5B, `make vllm` first)")
     demo.add_argument("--slots", type=int, default=None,
                       help="requests each instance serves at once: local, llama-server's "
                       "--parallel (default: its own, 4); fake, the simulated engines batch on "
@@ -234,7 +237,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     return run_demo(backends=args.backends, requests=args.requests, max_tokens=args.max_tokens,
                     min_samples=args.min_samples, out=args.out, front=args.front,
-                    slots=args.slots)
+                    slots=args.slots, engine=args.engine)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

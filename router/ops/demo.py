@@ -70,12 +70,13 @@ class _Collect:
 
 def run_demo(
     *, backends: str, requests: int, max_tokens: int | None, min_samples: int, out: str,
-    front: str = "proxy", slots: int | None = None,
+    front: str = "proxy", slots: int | None = None, engine: str = "llamacpp",
 ) -> int:
     """The demo with one proxy in front (`--replicas 2`: router/ops/demo_replicas). `slots`:
     the requests each instance serves at once (None: the engine's own, 1 for the fake ones)."""
     tokens, edit_tokens = demo_tokens(backends, max_tokens)
-    return asyncio.run(_demo(backends, requests, tokens, min_samples, Path(out).resolve(),
+    kind = "vllm" if backends == "local" and engine == "vllm" else backends
+    return asyncio.run(_demo(kind, requests, tokens, min_samples, Path(out).resolve(),
                              front, edit_tokens, slots))
 
 
@@ -104,8 +105,9 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
             supervisor=SupervisorConfig(log_dir=str(out / "backends")),
         )
         app = create_app(config, deps=Deps(sinks=(collect,), explore=False))
-        print("starting the router" + (f" and the {len(specs)} llama-server instances"
-                                       if backends == "local" else ""))
+        engine = {"local": "llama-server", "vllm": "vLLM"}.get(backends)
+        print("starting the router" + (f" and the {len(specs)} {engine} instances"
+                                       if engine else ""))
         _, port, stop_router = await start_site(app)
         stops.insert(0, stop_router)
         base_url = f"http://127.0.0.1:{port}/v1"
@@ -139,7 +141,7 @@ def demo_policy(out: Path, backends: str, min_samples: int) -> Path:
     policy = out / "policy.yaml"
     # the shipped policy as it is (prior: neutral: nothing assumed of this machine); the
     # simulated engines are a GB10 running ds4, whose set-up names that prior
-    prior = "neutral" if backends == "local" else "gb10-ds4"
+    prior = "gb10-ds4" if backends == "fake" else "neutral"
     policy.write_text(Path(DEFAULT_POLICY).read_text().replace(
         "min_samples: 30", f"min_samples: {min_samples}  # demo: trust a class early").replace(
         "prior: neutral", f"prior: {prior}"))
@@ -171,6 +173,10 @@ async def _behind_envoy(app: web.Application, out: Path, stops: list[Stop]) -> s
 
 async def _backends(kind: str, stops: list[Stop],
                     slots: int | None = None) -> tuple[list[BackendSpec], str]:
+    if kind == "vllm":
+        print("specroute demo: two real vLLM instances on the CPU (Qwen2.5-Coder-0.5B, plain "
+              "and n-gram prompt lookup, `make vllm`); each takes about a minute to start")
+        return vllm_instances(slots)
     if kind == "local":
         print("specroute demo: three real local llama.cpp instances of Qwen2.5-Coder 1.5B "
               "(plain, n-gram prompt lookup, the 0.5B as a depth-1 draft); the first run builds "
@@ -210,6 +216,18 @@ def local_instances(slots: int | None = None) -> tuple[list[BackendSpec], str]:
 
     pair = ensure_pair("qwen")
     return local_specs("qwen", THREE, parallel=slots), pair.target.stem
+
+
+def vllm_instances(slots: int | None = None) -> tuple[list[BackendSpec], str]:
+    """The launch specs of the plain and n-gram vLLM instances (`make vllm`), each batching
+    up to `slots` (None: vLLM's own), and their model id."""
+    from backends.local.vllm_pair import BENCH_MODEL, NGRAM, vllm_specs
+
+    # the demo's agent turns carry tools with tool_choice auto, which vLLM serves only with a
+    # tool-call parser (Qwen2.5's is hermes)
+    tools = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    return (vllm_specs(("plain", NGRAM), model=BENCH_MODEL, max_num_seqs=slots, args=tools),
+            BENCH_MODEL)
 
 
 async def _replay(base_url: str, items: Sequence[WorkItem], routes: Sequence[str], what: str) -> dict[str, str]:
