@@ -65,7 +65,9 @@ RUN_BY = {  # command -> the test that runs it
 FAKE_DEMO = ".venv/bin/specroute demo --backends fake"
 ENVOY_WHERE = ".venv/bin/python -m backends.local.envoy where"
 INLINE_RUN_BY = {
-    "make demo": "ci", "make test": "ci", "make lint": "ci",
+    "make demo": "ci", "make test": "ci", "make lint": "ci", "make vllm": "ci",
+    ".venv/bin/specroute demo --engine vllm": "tests/integration/test_vllm_demo.py::"
+                                              "test_the_vllm_demo_measures_both_instances_then_routes_on_auto",
     FAKE_DEMO: "test_the_fake_demo",
     "specroute report": "test_two_replicas_then_watching_them",
     "specroute learn": "test_two_replicas_then_watching_them",
