@@ -26,6 +26,9 @@ from router.epp.server import check_endpoints
 # envoy.yaml first: the one `specroute epp` answers by default (--endpoints primary)
 TEMPLATES = tuple(sorted(PICKER_CONFIG.parent.glob("*.yaml"), key=lambda p: (p != PICKER_CONFIG, p.name)))
 POOL_CLUSTER = "inference_pool"  # the cluster the shipped configs route to
+SHIPPED_BUFFER_LIMIT = "request_body_buffer_limit: 34603008"  # 32 MiB, the default, + 1 MiB
+# Envoy's buffer above the picker's limit: a body past it reaches the picker, which says 413
+BUFFER_MARGIN = 2**20
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ def render_envoy(template: Path, config: Config, ports: EnvoyPorts) -> str:
         values[f"{profile.upper()}_PORT"] = endpoint_of(spec.base_url).rpartition(":")[2]
     wanted = set(PLACEHOLDER.findall(template.read_text()))
     text = render_config(template, **{k: v for k, v in values.items() if k in wanted})
+    text = text.replace(SHIPPED_BUFFER_LIMIT, "request_body_buffer_limit: "
+                        f"{config.limits.max_body_bytes + BUFFER_MARGIN}")
     document = yaml.safe_load(text)
     cluster = _pool_cluster(document, template)
     if "load_assignment" not in cluster:

@@ -13,7 +13,7 @@ may name the only endpoints a request may go to (the subset hint: a list of `ip:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
@@ -24,6 +24,9 @@ SUBSET: Final = "x-gateway-destination-endpoint-subset"
 SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 LB_NAMESPACE: Final = "envoy.lb"
 OURS_NAMESPACE: Final = "specroute"  # the exchange's id, how its answer goes, its headers
+# The decision's receipt, for Envoy's access log: apart from OURS_NAMESPACE, which Envoy
+# forwards on every message of the answer's streams, so it is never sent back to the picker.
+RECEIPT_NAMESPACE: Final = "specroute.receipt"
 FILTER: Final = "envoy.filters.http.ext_proc"  # whose attributes Envoy sends
 UPSTREAM_ADDRESS: Final = "upstream.address"  # deploy/envoy's `response_attributes`
 CODE_DETAILS: Final = "response.code_details"  # `via_upstream` when an instance answered
@@ -94,10 +97,12 @@ def _set(mutation: ext_proc.HeaderMutation, set_headers: Mapping[str, str],
 
 
 def picked(endpoints: Iterable[str], set_headers: Mapping[str, str], remove: Iterable[str],
-           ours: Mapping[str, str] | None = None) -> ext_proc.ProcessingResponse:
-    """The answer to the request headers: where to send it (header and metadata alike), and
+           ours: Mapping[str, str] | None = None,
+           receipt: Mapping[str, Any] | None = None) -> ext_proc.ProcessingResponse:
+    """The answer to the request headers: where to send it (header and metadata alike),
     `ours`, the exchange's own values, in the metadata namespace `specroute` (read by the
-    answer's watcher, the route's match and its `x-specroute-*` response headers)."""
+    answer's watcher, the route's match and its `x-specroute-*` response headers), and the
+    decision's `receipt` (JSON-like values) in `specroute.receipt`, for Envoy's access log."""
     destination = ",".join(endpoints)
     answer = ext_proc.ProcessingResponse()
     namespaces = answer.dynamic_metadata.fields
@@ -106,6 +111,8 @@ def picked(endpoints: Iterable[str], set_headers: Mapping[str, str], remove: Ite
         fields = namespaces[OURS_NAMESPACE].struct_value.fields
         for key, value in ours.items():
             fields[key].string_value = value
+    if receipt:
+        namespaces[RECEIPT_NAMESPACE].struct_value.update(receipt)
     common = answer.request_headers.response
     common.clear_route_cache = True
     _set(common.header_mutation, {DESTINATION: destination, **set_headers}, remove)

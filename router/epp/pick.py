@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
@@ -34,6 +35,7 @@ from router.instances.pool import POOL
 from router.request.core import CORE
 from router.request.errors import RequestError, body_too_large, method_not_allowed
 from router.request.lifecycle import models_listing, plan_for, route_headers, send_begins
+from router.request.routing import RoutedRequest
 from router.request.upstream_body import upstream_body
 
 Responses = list[ext_proc.ProcessingResponse]
@@ -103,6 +105,10 @@ class Pick:
             return [self._to_default()]
         if headers.end_of_stream:  # a routed path with no body: the proxy's 400
             return await self._decide()
+        limit = app[state.CONFIG].limits.max_body_bytes
+        declared = self.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:  # refused before a byte is read
+            return self._refuse(body_too_large(limit))
         return []  # the answer waits for the whole body
 
     async def _request_body(self, body: ext_proc.HttpBody) -> Responses:
@@ -151,7 +157,7 @@ class Pick:
                 **route_headers(plan, sending.result, self.started)}
         remove, set_headers = self._for_engine(spec.api_key, decoded=True)
         picked = messages.picked([endpoint_of(t.base_url) for t in named], set_headers, remove,
-                                 ours)
+                                 ours, receipt(plan))
         return [picked, *self._chunk_answers(sent, received, trailers)]
 
     def _chunk_answers(self, sent: bytes, received: bytes, trailers: bool) -> Responses:
@@ -215,6 +221,17 @@ class Pick:
     def _refuse(self, exc: RequestError) -> Responses:
         self.done = True
         return [_error(exc)]
+
+
+def receipt(plan: RoutedRequest) -> dict[str, Any]:
+    """The decision in brief, for Envoy's access log: the instance chosen, why, and each
+    candidate's predicted finish (ms; none where a pin decided without pricing them)."""
+    decision = plan.decision
+    return {"request_id": plan.request_id, "chosen": decision.backend,
+            "spec": decision.config or decision.profile, "reason": decision.reason,
+            "rule": decision.rule,
+            "class": plan.scores.top_class if plan.scores else "unknown",
+            "finish_ms": {name: round(ms, 1) for name, ms in decision.finish_ms.items()}}
 
 
 def _error(exc: RequestError) -> ext_proc.ProcessingResponse:

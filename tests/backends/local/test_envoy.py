@@ -536,7 +536,7 @@ async def test_without_the_buffer_limit_a_long_prompt_is_never_picked(
 
     def default_limit(text: str) -> str:
         text = text.replace("message_timeout: 5s", "message_timeout: 0.5s")
-        line = "                request_body_buffer_limit: 33554432\n"
+        line = "                request_body_buffer_limit: 34603008\n"
         assert text.count(line) == 2  # the edited answer's route and the other
         return text.replace(line, "")
 

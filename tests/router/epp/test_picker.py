@@ -89,8 +89,10 @@ class Front:
 
 @contextlib.asynccontextmanager
 async def picker_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines, *,
-                       config: Path = FALLBACK, **fields: Any) -> AsyncIterator[Front]:
-    """specroute epp (its app, its gRPC server) and Envoy running `config` in front."""
+                       config: Path = FALLBACK, edit: Callable[[str], str] = str,
+                       **fields: Any) -> AsyncIterator[Front]:
+    """specroute epp (its app, its gRPC server) and Envoy running `config` (its text passed
+    through `edit`) in front."""
     require_envoy()
     sink = ListSink()
     app = create_app(config_for(e, tmp, "epp", **fields),
@@ -103,7 +105,7 @@ async def picker_front(aiohttp_server: ServerFactory, tmp: Path, e: Engines, *,
                              **({"MTP_PORT": e.servers["mtp-0"].port,
                                  "PLAIN_PORT": e.servers["plain-0"].port}
                                 if config == FALLBACK else {}))
-        async with envoy_running(text, tmp / "envoy"):
+        async with envoy_running(edit(text), tmp / "envoy"):
             yield Front(f"http://127.0.0.1:{listen}/v1", app, sink)
 
 
@@ -462,3 +464,75 @@ async def test_what_the_picker_asked_for_is_dropped_across_pieces_as_the_proxy_d
         assert by_picker == answer.replace(ours, b"")
     else:
         assert b"meta_info" not in by_picker
+
+
+def with_receipt_log(text: str) -> str:
+    """The shipped config with its commented access log (the decision's receipt) turned on."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == "# access_log:")
+    end = next(i for i, line in enumerate(lines) if "DYNAMIC_METADATA(specroute.receipt)" in line)
+    for i in range(start, end + 1):
+        lines[i] = lines[i].replace("# ", "", 1)
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("config", [ORIGINAL_DST, FALLBACK])
+async def test_each_decision_s_receipt_is_in_envoy_s_access_log(
+        aiohttp_server: ServerFactory, tmp_path: Path, config: Path) -> None:
+    e = await engines(aiohttp_server)
+    async with picker_front(aiohttp_server, tmp_path, e, config=config,
+                            edit=with_receipt_log) as picker:
+        answers = [await post(picker.url + "/chat/completions", chat(ask)) for ask in ASKS[:3]]
+        stdout = tmp_path / "envoy" / "envoy.stdout"
+        for _ in range(100):  # bounded: Envoy flushes its access log every second
+            logged_lines = [json.loads(line) for line in stdout.read_text().splitlines()
+                            if line.startswith("{") and '"specroute"' in line]
+            if len(logged_lines) == len(answers):
+                break
+            await asyncio.sleep(0.1)
+    assert len(logged_lines) == len(answers)
+    by_id = {line["specroute"]["request_id"]: line for line in logged_lines}
+    assert any(line["specroute"]["reason"] == "finish" for line in logged_lines)
+    for status, headers, _ in answers:
+        assert status == 200
+        line = by_id[headers["x-specroute-request-id"]]
+        receipt = line["specroute"]
+        assert receipt["chosen"] == headers["x-specroute-backend"]
+        assert receipt["reason"] == headers["x-specroute-reason"]
+        assert receipt["class"] == headers["x-specroute-class"]
+        assert line["upstream"] == f"127.0.0.1:{e.servers[receipt['chosen']].port}"
+        if receipt["reason"] == "finish":  # priced: each candidate's predicted finish
+            assert set(receipt["finish_ms"]) == {"mtp-0", "plain-0"}
+            assert all(ms > 0 for ms in receipt["finish_ms"].values())
+
+
+@pytest.mark.parametrize("size_mib", [32.5, 40])
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_not(
+        aiohttp_server: ServerFactory, tmp_path: Path, size_mib: float, chunked: bool) -> None:
+    """32.5 MiB: past the picker's limit (32 MiB), within Envoy's buffer (33 MiB); 40 MiB:
+    past both. Declared, the picker refuses on the headers; chunked, once it holds more than
+    its limit, before Envoy's buffer is full (else Envoy stops reading: a 504)."""
+    e = await engines(aiohttp_server)
+    ask = chat(ASKS[1])
+    filler = "x" * int(size_mib * 2**20)
+    body = json.dumps({**ask, "messages": [{"role": "user", "content": filler}]}).encode()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for at in range(0, len(body), 2**20):
+            yield body[at:at + 2**20]
+
+    async with (picker_front(aiohttp_server, tmp_path, e, config=ORIGINAL_DST) as picker,
+                aiohttp.ClientSession(timeout=TIMEOUT) as session):
+        data: Any = pieces() if chunked else body
+        try:
+            async with session.post(picker.url + "/chat/completions", data=data,
+                                    headers={"content-type": "application/json"}) as answer:
+                status, text = answer.status, await answer.read()
+        except aiohttp.ClientOSError:  # Envoy answered and closed before the body was sent
+            pytest.fail("Envoy closed the connection without an answer")
+        status_after = (await post(picker.url + "/chat/completions", ask))[0]
+    assert status == 413
+    assert json.loads(text)["error"]["code"] == "body_too_large"
+    assert status_after == 200  # the picker is unharmed
+    assert sum(len(state.received) for state in e.states.values()) == 1  # that one only

@@ -61,6 +61,23 @@ def test_render_envoy_writes_configs_the_real_envoy_accepts_with_every_instance(
     assert "# No fallback here" in (out / "envoy.yaml").read_text()
 
 
+@pytest.mark.parametrize(("limits", "expected"), [("", 33 * 2**20),
+                                                  ("limits: {max_body_mb: 64}\n", 65 * 2**20)])
+def test_envoy_s_body_buffer_is_the_picker_s_limit_plus_a_margin(
+        tmp_path: Path, limits: str, expected: int) -> None:
+    """Envoy holds the body until the pick; a body past the picker's limit must reach it (its
+    413), not stall in Envoy's buffer (a 504 at message_timeout)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG + limits)
+    out = tmp_path / "envoy"
+    assert main(["epp", "render-envoy", "--config", str(config), "--out", str(out)]) == 0
+    for path in out.iterdir():
+        routes = yaml.safe_load(path.read_text())["static_resources"]["listeners"][0][
+            "filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0][
+            "routes"]
+        assert [route["request_body_buffer_limit"] for route in routes] == [expected] * 2
+
+
 def test_an_instance_not_named_by_ip_and_port_is_a_config_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "config.yaml"
