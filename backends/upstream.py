@@ -82,11 +82,18 @@ class ForwardResult:
     error: str = ""
     failover_from: list[str] = field(default_factory=list)
     client_disconnected: bool = False
+    unobserved: bool = False  # its end was not seen (the picker stopped while it ran)
     sent_at: float | None = None  # when the first attempt left the proxy
     # the batch it ran in on the primary (`BackendPool.end`): requests served at once there when
     # it was sent, and their mean over its life (None: not known, or another instance served it)
     batch_start: int | None = None
     batch_mean: float | None = None
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the answer's end is unknown or not the engine's: never timed, never a
+        conversation's home."""
+        return self.client_disconnected or self.unobserved
 
     def ran_in(self, primary: str, batch: tuple[int, float] | None) -> None:
         """The batch the request ran in on `primary` (`BackendPool.end`), kept when that

@@ -51,6 +51,9 @@ class Outcome:
     # mean over its life (capped at the instance's slots: those past them wait, not decode)
     batch_start: int | None = None
     batch_mean: float | None = None
+    # the answer went on but its end was not seen (the picker stopped while it ran): whether
+    # and when it ended is unknown, so it is never timed. Optional in schema_version 1.
+    unobserved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,8 +143,10 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             arm=str(record.decision.get("arm") or profile),
             total_ms=_float_or_none(outcome.total_ms),
             measured_tps=_float_or_none(outcome.decode_tps),
-            # an error after a 200 is an answer that broke off (backends/upstream): cut short too
-            disconnected=bool(outcome.client_disconnected or outcome.error),
+            # an error after a 200 is an answer that broke off (backends/upstream), and one whose
+            # end nobody saw (the picker stopped): cut short too
+            disconnected=bool(outcome.client_disconnected or outcome.error
+                              or outcome.unobserved),
             spec=str(outcome.spec or ""),
             batch=_batch(outcome.batch_mean),
             batch_start=_batch(outcome.batch_start),

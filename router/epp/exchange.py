@@ -58,16 +58,19 @@ class Exchange:
     watched: bool = False  # a watcher claimed it
     done: bool = False
 
-    async def finish(self, *, cut_short: bool = False) -> None:
+    async def finish(self, *, cut_short: bool = False, unobserved: bool = False) -> None:
         """The request is over: release the instance and account for it, once. Cut short,
         the stream ended before the answer did, and which end cut it Envoy does not say: it
         resets or closes the stream alike when the instance's answer breaks off and when the
         client leaves (Envoy 1.40, both seen for each). Recorded as the proxy records a client
-        that left: never timed, never the conversation's home."""
+        that left: never timed, never the conversation's home. Unobserved: the picker stops
+        while the answer goes on (Envoy's answer filters fail open), its end unseen."""
         if self.done:
             return
         self.done = True
-        if cut_short:
+        if unobserved:
+            self.sending.result.unobserved = True
+        elif cut_short:
             self.sending.result.client_disconnected = True
         app = self.app
         primary = self.plan.decision.backend
@@ -117,14 +120,14 @@ class Exchanges:
                 await exchange.finish(cut_short=True)
 
     async def close(self) -> None:
-        """Stop sweeping; what is still unclaimed is accounted as cut short (the picker
-        stops)."""
+        """Stop sweeping; what is still unclaimed is accounted as unobserved (the picker
+        stops, the request may still be served)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         for exchange, _ in list(self._open.values()):
-            await exchange.finish(cut_short=True)
+            await exchange.finish(unobserved=True)
         self._open.clear()
 
 

@@ -34,6 +34,9 @@ log = structlog.get_logger("specroute")
 SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 HEALTH_SERVICES: Final = ("", "liveness", "readiness", SERVICE)
 HEALTH_INTERVAL_S: Final = 1.0
+# On stop, open streams get this long to end; an answer still going on after it is finished
+# by Envoy alone (its answer filters fail open) and recorded as unobserved.
+STOP_GRACE_S: Final = 2.0
 
 
 class PickerConfigError(ValueError):
@@ -71,6 +74,8 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
         self.app = app
         self.fallbacks = fallbacks
         self.exchanges = Exchanges()
+        # the server is stopping: an answer whose stream ends now is unobserved, not cut
+        self.stopping = False
 
     async def Process(  # the gRPC method's name
         self, request_iterator: AsyncIterator[ext_proc.ProcessingRequest],
@@ -106,9 +111,9 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
                 message = await context.read()
         finally:
             if relay is not None:
-                await relay.finish(stream_ended=True)
+                await relay.finish(stream_ended=True, stopping=self.stopping)
             elif pick.answers_here and pick.exchange is not None:  # ended before the answer
-                await pick.exchange.finish(cut_short=True)
+                await pick.exchange.finish(cut_short=True, unobserved=self.stopping)
 
     async def _watch(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
         watch = Watch(self.app, self.exchanges)
@@ -121,7 +126,7 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
         finally:
             # The stream ended (Envoy closes it `deferred_close_timeout` after the request is
             # over): cut short if the answer had not ended.
-            await watch.finish(stream_ended=True)
+            await watch.finish(stream_ended=True, stopping=self.stopping)
 
     async def _edit(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
         edit = Edit()
@@ -155,7 +160,8 @@ async def serve_grpc(app: web.Application, host: str, port: int,
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-        await server.stop(grace=2.0)
+        picker.stopping = True
+        await server.stop(grace=STOP_GRACE_S)
         await picker.exchanges.close()
 
 

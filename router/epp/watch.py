@@ -128,10 +128,11 @@ class Watch:
         return self.answered or (self.exchange is not None
                                  and self.exchange.sending.result.meter.ended)
 
-    async def finish(self, *, stream_ended: bool) -> None:
+    async def finish(self, *, stream_ended: bool, stopping: bool = False) -> None:
         """Account for the exchange: its answer is in, or its stream ended (cut short if the
-        answer had not)."""
+        answer had not; unobserved if the picker is `stopping`, the answer going on)."""
         if self.exchange is None:
             return
         if self.answered or stream_ended:
-            await self.exchange.finish(cut_short=not self.complete())
+            incomplete = not self.complete()
+            await self.exchange.finish(cut_short=incomplete, unobserved=incomplete and stopping)

@@ -107,7 +107,7 @@ def account(core: Core, plan: RoutedRequest, result: ForwardResult, started: flo
         pool.mark_failed(name, now, result.error or "failed")
     if result.backend and not result.error:
         pool.mark_served(result.backend)
-        if 200 <= result.status < 300 and not result.client_disconnected:
+        if 200 <= result.status < 300 and not result.cut_short:
             prompt_tokens = result.meter.report.prompt_tokens or plan.features.prompt_tokens
             core.sessions.remember(plan.conversation, result.backend, result.profile,
                                          prompt_tokens, now)
@@ -134,7 +134,7 @@ async def settle_and_account(core: Core, session: aiohttp.ClientSession, plan: R
 async def _settle(core: Core, session: aiohttp.ClientSession, plan: RoutedRequest,
                   sending: Sending, started: float, counters: spec_counters.CounterWatch) -> None:
     result = sending.result
-    if not result.client_disconnected:
+    if not result.cut_short:
         await spec_counters.settle(core.pool, session, counters, result.backend, result.meter)
     account(core, plan, result, started)
 

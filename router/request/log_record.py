@@ -50,6 +50,7 @@ def record_for(
         spec_source=report.spec_source,
         failover_from=tuple(result.failover_from),
         client_disconnected=result.client_disconnected,
+        unobserved=result.unobserved,
         batch_start=result.batch_start,
         batch_mean=result.batch_mean,
     )

@@ -190,6 +190,7 @@ def test_observation_from_log_reads_a_record() -> None:
     ({}, True),
     ({"client_disconnected": True}, False),
     ({"error": "mtp-0: stream broke: ServerDisconnectedError"}, False),  # a truncated answer
+    ({"unobserved": True}, False),  # the picker stopped while it went on: its end unseen
 ])
 def test_only_an_answer_that_ended_whole_times_its_arm(cut: dict[str, object],
                                                        timed: bool) -> None:

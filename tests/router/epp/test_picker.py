@@ -536,3 +536,75 @@ async def test_a_body_past_the_limit_is_a_413_whether_its_length_is_declared_or_
     assert json.loads(text)["error"]["code"] == "body_too_large"
     assert status_after == 200  # the picker is unharmed
     assert sum(len(state.received) for state in e.states.values()) == 1  # that one only
+
+
+def gated_sse_app(first: bytes, rest: bytes, gate: asyncio.Event) -> web.Application:
+    """An engine that streams `first`, waits for `gate`, then streams `rest`."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(first)
+        await asyncio.wait_for(gate.wait(), 20)
+        await response.write(rest)
+        await response.write_eof()
+        return response
+
+    return engine_app(chat)
+
+
+@pytest.mark.parametrize("config", [ORIGINAL_DST, FALLBACK])
+@pytest.mark.parametrize("engine", ["llamacpp", "vllm"])  # the answer watched; also edited
+async def test_a_picker_restarted_mid_stream_lets_the_answer_finish_recorded_once_unobserved(
+        aiohttp_server: ServerFactory, tmp_path: Path, config: Path, engine: str) -> None:
+    words = [event({**CHUNK, "choices": [{"index": 0, "delta": {"content": w}}]})
+             for w in ("Par", "is", ".")]
+    first, rest = words[0], b"".join(words[1:]) + USAGE + b"data: [DONE]\n\n"
+    gate = asyncio.Event()
+    servers = {name: await aiohttp_server(gated_sse_app(first, rest, gate))
+               for name in ("mtp-0", "plain-0")}
+    specs = [BackendSpec(name=name, engine=engine, profile=name.split("-")[0],
+                         url=f"http://127.0.0.1:{server.port}") for name, server in servers.items()]
+    e = Engines({}, servers, specs)
+    require_envoy()
+    sink = ListSink()
+    app = create_app(config_for(e, tmp_path, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    listen, grpc_port = free_loopback_port(), free_loopback_port()
+    text = render_config(config, LISTEN_PORT=listen, PICKER_PORT=grpc_port,
+                         ADMIN_PORT=free_loopback_port(),
+                         **({"MTP_PORT": servers["mtp-0"].port,
+                             "PLAIN_PORT": servers["plain-0"].port} if config == FALLBACK else {}))
+    url = f"http://127.0.0.1:{listen}/v1/chat/completions"
+    fallbacks = config == FALLBACK
+    async with (envoy_running(text, tmp_path / "envoy"),
+                aiohttp.ClientSession(timeout=TIMEOUT) as session):
+        async with serve_grpc(app, "127.0.0.1", grpc_port, fallbacks=fallbacks):
+            answer = await session.post(url, json=chat({**ASKS[1], "stream": True}))
+            assert answer.status == 200
+            got = await answer.content.readuntil(b"\n\n")
+        # the picker is gone (stopped: its grace ran out with the answer still open)
+        async with serve_grpc(app, "127.0.0.1", grpc_port, fallbacks=fallbacks):
+            gate.set()
+            got += await answer.read()
+            answer.release()
+            await logged(sink)
+            first_records = list(sink.records)
+            status = 0
+            for _ in range(50):  # bounded: Envoy reconnects to the new picker
+                status = (await post(url, chat(ASKS[1])))[0]
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            await logged(sink, 2)
+    assert status == 200
+    assert got.startswith(first) and got.endswith(b"data: [DONE]\n\n")  # the answer finished
+    assert b"".join(words) in got
+    assert len(first_records) == 1  # recorded once, by the picker that made the pick
+    outcome = first_records[0].outcome
+    assert outcome.unobserved and not outcome.client_disconnected
+    observed = observation_from_record(first_records[0])
+    assert observed is None or not observed.timed  # never timed
+    assert len(sink.records) == 2 and not sink.records[1].outcome.unobserved
