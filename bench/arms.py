@@ -4,7 +4,7 @@ connections and the per-request oracle, on code edits and on chat.
     .venv/bin/python -m bench.arms [--backends sim|real] [--machines cpu-pair gb10]
         [--mixes mixed chat edit] [--max-tokens 96 400] [--loads 1 2 open]
         [--configs plain ngram draft] [--requests 24] [--time-scale 0.02] [--open-load 0.8]
-        [--max-seconds 3600] [--slots 1] [--warmup 0]
+        [--max-seconds 3600] [--slots 1] [--warmup 0] [--hand-rules K ...]
 
 Three instances, one per speculation config: `plain`, `ngram` (prompt lookup, llama.cpp's
 `ngram-simple`) and `draft` (a draft model at depth 1); `--configs` takes fewer (`plain ngram`:
@@ -78,7 +78,10 @@ predictions' error (median and 90th percentile of |queue_ms + service_ms - total
 in its decision log). `--warmup K`: each auto proxy first serves K other requests of the mix at
 the same load, unmeasured, and learns from them; the table then counts from the first request.
 At `--slots` S > 1 the oracle above 1 client is the ceiling, each instance's busy time at most
-S x T. `--json` writes the same rows as JSON.
+S x T. `--hand-rules K ...` (closed loop, plain and n-gram) also runs, per K, a rule written
+knowing each request's class: edits to n-gram, the rest to n-gram while fewer than K are in
+flight there, else plain; the best one's makespan over the best static arm's is the measured
+ceiling of routing by class and load. `--json` writes the same rows as JSON.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ from scipy.optimize import linprog  # type: ignore[import-untyped]
 
 from backends.local.simulator import MACHINES, SimState, create_sim_app
 from backends.spec import BackendSpec, Speculation
-from bench.arms_batch import BatchRow, batch_row, declared_slots, format_batch, log_errors
+from bench.arms_batch import HAND, BatchRow, batch_row, declared_slots, format_batch, log_errors
 from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.machines import POLICY_PATH
@@ -202,7 +205,7 @@ class Pinned:
     def __init__(self, route: str) -> None:
         self.route = route
 
-    def pick(self) -> str:
+    def pick(self, item: TrafficRequest | None = None) -> str:
         return self.route
 
     def release(self, route: str) -> None:
@@ -217,7 +220,7 @@ class LeastConn:
         self.inflight = dict.fromkeys(names, 0)
         self._next = 0  # where the round robin among the tied resumes
 
-    def pick(self) -> str:
+    def pick(self, item: TrafficRequest | None = None) -> str:
         fewest = min(self.inflight.values())
         count = len(self.names)
         turn = next(k for k in range(self._next, self._next + count)
@@ -231,14 +234,33 @@ class LeastConn:
         self.inflight[route] -= 1
 
 
-Router = Pinned | LeastConn
+class HandRule:
+    """A rule written knowing each request's class and where it is faster alone, as the
+    ceiling of routing by class and load: an edit to the n-gram instance always; any other
+    request there too while fewer than `threshold` are in flight there, else to plain."""
+
+    def __init__(self, ngram: str, plain: str, threshold: int) -> None:
+        self.ngram, self.plain, self.threshold = ngram, plain, threshold
+        self.inflight = {ngram: 0, plain: 0}
+
+    def pick(self, item: TrafficRequest) -> str:
+        busy = self.inflight[self.ngram] >= self.threshold
+        name = self.plain if item.cls != "edit" and busy else self.ngram
+        self.inflight[name] += 1
+        return name
+
+    def release(self, route: str) -> None:
+        self.inflight[route] -= 1
+
+
+Router = Pinned | LeastConn | HandRule
 
 
 async def send(session: aiohttp.ClientSession, url: str, item: TrafficRequest, router: Router,
                conversation: str) -> tuple[str, str, str]:
     """One request through the proxy at `url` on the route `router` picks: the backend that
     answered, the error ('' for none) and the proxy's request id."""
-    route = router.pick()
+    route = router.pick(item)
     headers = {"x-specroute-route": route, "x-specroute-conversation": conversation}
     try:
         async with session.post(f"{url}/v1/chat/completions", json=item.body,
@@ -795,6 +817,7 @@ class Settings:
     roles: tuple[str, ...] = ROLES  # the configs that take part, one instance each
     slots: int = 1  # requests each instance serves at once
     warmup: int = 0  # requests each auto proxy learns from before it is measured
+    hand_rules: tuple[int, ...] = ()  # `HandRule` thresholds run beside the arms (closed loop)
 
 
 def bodies(mix: str, settings: Settings, max_tokens: int, warmup: bool = False
@@ -866,7 +889,7 @@ async def _mix(where: str, mix: str, max_tokens: int,
             logs[load.name] = workdir / next(serial)
         runs = side_by_side if load == one else await _loaded(
             load, (items, warm), instances, names, pinned, logs[load.name], serial, bound,
-            arrivals)
+            arrivals, settings.hand_rules)
         later = [i for i in timed if i >= FIRST]
         if load.open:
             oracle = oracle_open(service, timed, arrivals)
@@ -900,7 +923,7 @@ async def warm_up(url: str, warm: Sequence[TrafficRequest], load: Load, tag: str
 async def _loaded(load: Load, traffic: tuple[Sequence[TrafficRequest], Sequence[TrafficRequest]],
                   instances: Sequence[Instance], names: Mapping[str, str], pinned: str,
                   cold_dir: Path, serial: Iterator[str], bound: Callable[[], float],
-                  arrivals: Sequence[float]) -> dict[str, Run]:
+                  arrivals: Sequence[float], hand_rules: Sequence[int] = ()) -> dict[str, Run]:
     """Every arm under a load of more than one request at a time, one arm after another (they
     share the instances: side by side they would load each other), each within its own
     `bound()` (one arm's time is not the next one's); auto's proxy in `cold_dir`, warmed up
@@ -914,6 +937,10 @@ async def _loaded(load: Load, traffic: tuple[Sequence[TrafficRequest], Sequence[
     runs["auto"] = with_waits(auto, cold_dir / "decisions.jsonl")
     runs["least-conn"] = await drive(pinned, items, load, LeastConn(list(names.values())),
                                      next(serial), bound(), arrivals)
+    if not load.open and "ngram" in names and "plain" in names:
+        for k in hand_rules:
+            rule = HandRule(names["ngram"], names["plain"], k)
+            runs[f"{HAND}{k}"] = await drive(pinned, items, load, rule, next(serial), bound())
     return runs
 
 
@@ -1025,6 +1052,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=0,
                         help="requests each auto proxy learns from (same mix and load, another "
                              "seed) before it is measured")
+    parser.add_argument("--hand-rules", type=int, nargs="*", default=[],
+                        help="closed loop, --configs plain ngram: also run the hand-written rule "
+                             "(edits to n-gram; the rest to n-gram below K in flight there, else "
+                             "plain) for each K: the ceiling of routing by class and load")
     parser.add_argument("--time-scale", type=float, default=0.02,
                         help="sim: the share of the cost model's time the engines take")
     parser.add_argument("--open-load", type=float, default=0.8,
@@ -1047,7 +1078,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loads = [parse_load(text) for text in args.loads]
     settings = Settings(args.mixes, args.max_tokens, loads, args.requests, args.open_load,
                         args.seed, args.run_seconds, time.monotonic() + args.max_seconds,
-                        roles=roles, slots=args.slots, warmup=args.warmup)
+                        roles=roles, slots=args.slots, warmup=args.warmup,
+                        hand_rules=tuple(args.hand_rules))
     workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specroute-arms-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -6,6 +6,9 @@ and how well its decisions predicted each request's finish.
   ratio is the best one's makespan over auto's (above 1: auto finished sooner).
 - The copy edits are the edits that n-gram alone (the 1-client runs) served `COPY_WIN` faster
   than every other config alone; the share is of those that auto sent to n-gram.
+- The hand rules (`--hand-rules`) are written knowing each request's class and where it is
+  faster alone (bench.arms `HandRule`): their best makespan over the best static arm's is the
+  ceiling of routing by class and load, measured on the same instances, beside auto's ratio.
 - The prediction error of one request is |(queue_ms + service_ms) - total_ms| / total_ms, from
   auto's decision log (read through `decisionlog.readers`), over the measured requests only:
   the warm-up's and the start-up probe's records are not counted.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from bench.arms import Served
 
 LC = "least-conn"
+HAND = "hand-"  # a hand rule's arm: `hand-K`, K its threshold
 
 
 def declared_slots(slots: int) -> int | None:
@@ -107,6 +111,10 @@ class BatchRow:
     copy_edits: int  # edits n-gram alone served COPY_WIN faster than every other config
     copy_edits_on_ngram: float | None  # the share of them auto sent to n-gram
     prediction: ErrorSummary | None  # auto's, the measured requests only
+    # the hand rules' makespans (`hand-K` -> wall s), and the best one's over the best static
+    # arm's makespan inverted as auto's is (above 1: it finished sooner; nan: none ran)
+    hand: Mapping[str, float] = field(default_factory=dict)
+    hand_x_best: float = math.nan
 
 
 def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequence[str],
@@ -118,8 +126,11 @@ def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequenc
     makespan = {arm: totals.get(arm, math.nan) for arm in (*static, "auto")}
     best = min(static, key=lambda arm: math.inf if math.isnan(makespan[arm]) else makespan[arm])
     ratio = makespan[best] / makespan["auto"] if makespan["auto"] > 0 else math.nan
+    hand = {arm: total for arm, total in totals.items() if arm.startswith(HAND)}
+    fastest_hand = min(hand.values(), default=math.nan)
     return BatchRow(load, slots, makespan, best, ratio, len(copy_edits),
-                    share_on(ngram, auto, copy_edits), prediction)
+                    share_on(ngram, auto, copy_edits), prediction, hand,
+                    makespan[best] / fastest_hand if fastest_hand > 0 else math.nan)
 
 
 def format_batch(rows: Sequence[BatchRow]) -> str:
@@ -127,18 +138,20 @@ def format_batch(rows: Sequence[BatchRow]) -> str:
     the copy edits on n-gram and its prediction error (median and 90th percentile)."""
     if not rows:
         return ""
-    arms = list(rows[0].makespan)
+    arms = [*rows[0].makespan, *rows[0].hand]
     head = (f"  {'load':<10} {'slots':>5}" + "".join(f"{arm:>11}" for arm in arms)
-            + f"  {'auto x best static':>20}  {'copy edits->ngram':>17}"
-            f"  {'|pred-actual|/actual median/p90 (n)':>36}")
+            + f"  {'auto x best static':>20}  {'best hand x best static':>23}"
+            f"  {'copy edits->ngram':>17}  {'|pred-actual|/actual median/p90 (n)':>36}")
     lines = [f"  batch figures (issue 50; makespan s, after the warm-up):\n{head}"]
     for row in rows:
-        cells = "".join(f"{row.makespan.get(arm, math.nan):>11.2f}" for arm in arms)
+        cells = "".join(f"{row.makespan.get(arm, row.hand.get(arm, math.nan)):>11.2f}"
+                        for arm in arms)
         ratio = f"{row.auto_x_best:.3f} ({row.best})"
+        hand = "-" if math.isnan(row.hand_x_best) else f"{row.hand_x_best:.3f}"
         share = ("-" if row.copy_edits_on_ngram is None
                  else f"{row.copy_edits_on_ngram:.0%} of {row.copy_edits}")
         p = row.prediction
         error = "-" if p is None else f"{p.median:.0%}/{p.p90:.0%} ({p.n})"
-        lines.append(f"  {row.load:<10} {row.slots:>5}{cells}  {ratio:>20}  {share:>17}"
-                     f"  {error:>36}")
+        lines.append(f"  {row.load:<10} {row.slots:>5}{cells}  {ratio:>20}  {hand:>23}"
+                     f"  {share:>17}  {error:>36}")
     return "\n".join(lines)

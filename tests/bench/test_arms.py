@@ -19,6 +19,7 @@ from bench.arms import (
     ARMS,
     FIRST,
     HEADER,
+    HandRule,
     LeastConn,
     Pinned,
     Run,
@@ -330,6 +331,29 @@ def test_the_decision_log_tells_which_requests_were_sent_to_a_busy_instance(
     assert with_waits(run, tmp_path / "none.jsonl") == run  # no log: nothing known
 
 
+def test_the_hand_rule_sends_edits_to_ngram_and_the_rest_there_below_its_threshold() -> None:
+    rule = HandRule("ngram-0", "plain-0", 2)
+    story, edit = TrafficRequest("prose", "en", {}), TrafficRequest("edit", "en", {})
+    assert [rule.pick(story), rule.pick(story), rule.pick(story)] == [
+        "ngram-0", "ngram-0", "plain-0"]  # two in flight on n-gram: the third goes to plain
+    assert rule.pick(edit) == "ngram-0"  # an edit whatever the load
+    rule.release("ngram-0")
+    rule.release("ngram-0")
+    assert rule.pick(story) == "ngram-0"
+    assert HandRule("ngram-0", "plain-0", 0).pick(story) == "plain-0"  # the static split
+
+
+def test_the_batch_row_holds_the_best_hand_rule_to_the_best_static_arm() -> None:
+    totals = {"auto": 200.0, "plain": 300.0, "ngram": 240.0, "least-conn": 265.0,
+              "hand-0": 260.0, "hand-3": 230.0}
+    row = batch_row("4 clients", 4, totals, ("plain", "ngram"), [], frozenset(), None, None)
+    assert row.hand == {"hand-0": 260.0, "hand-3": 230.0}
+    assert row.hand_x_best == pytest.approx(240.0 / 230.0)
+    assert set(row.makespan) == {"least-conn", "plain", "ngram", "auto"}  # no static arm
+    printed = format_batch([row])
+    assert "hand-3" in printed and f"{240 / 230:.3f}" in printed
+
+
 def test_least_connections_takes_the_emptiest_instance_ties_in_turn() -> None:
     lc = LeastConn(["a", "b", "c"])
     first = [lc.pick() for _ in range(3)]
@@ -395,7 +419,7 @@ def test_a_tiny_run_at_several_slots_prints_the_batch_figures_after_the_warm_up(
     code = main(["--machines", "cpu-batch", "--mixes", "edit-story", "--max-tokens", "24",
                  "--requests", "12", "--time-scale", "0", "--loads", "1", "4", "8",
                  "--configs", "plain", "ngram", "--slots", "4", "--warmup", "6",
-                 "--json", str(out)])
+                 "--hand-rules", "0", "3", "--json", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "4 slots each; 12 requests per run after 6 to warm auto up" in printed
@@ -408,6 +432,7 @@ def test_a_tiny_run_at_several_slots_prints_the_batch_figures_after_the_warm_up(
         assert set(batch["makespan"]) == {"least-conn", "plain", "ngram", "auto"}
         assert batch["makespan"]["auto"] == row["totals"]["auto"]
         assert batch["best"] in ("least-conn", "plain", "ngram")
+        assert set(batch["hand"]) == (set() if row["load"] == "1 client" else {"hand-0", "hand-3"})
         # the measured requests' records only: not the 6 warm-up requests, nor the probe's
         assert batch["prediction"] is None or batch["prediction"]["n"] <= 12
 
