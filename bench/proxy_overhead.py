@@ -72,9 +72,13 @@ def _tool(i: int) -> dict[str, Any]:
 CODE = "```python\ndef merge(a, b):\n    out = []\n    while a and b:\n        out.append(a.pop(0) if a[0] < b[0] else b.pop(0))\n    return out + a + b\n```\n"
 
 
+# The agent bodies: turns of history -> size (KiB, as sent)
+TURNS: Final = {"42k": 8, "220k": 101, "285k": 132}
+
+
 def make_body(kind: str, *, stream: bool, ask: int | None = None) -> bytes:
-    """1k: a short chat; 42k: an agent turn with 20 tools and code; 285k: a long agent context.
-    `ask` numbers the 1k question, so that no memo of an earlier ask serves it."""
+    """1k: a short chat; 42k: an agent turn with 20 tools and code; 220k and 285k: a long agent
+    context. `ask` numbers the 1k question, so that no memo of an earlier ask serves it."""
     body: dict[str, Any] = {"model": "bench-model", "temperature": 0, "max_tokens": 64,
                             "stream": stream}
     if kind == "1k":
@@ -85,8 +89,7 @@ def make_body(kind: str, *, stream: bool, ask: int | None = None) -> bytes:
     else:
         history: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a coding agent working in a repository. " * 20}]
-        turns = 8 if kind == "42k" else 132
-        for i in range(turns):
+        for i in range(TURNS[kind]):
             history += [
                 {"role": "user", "content": f"Step {i}: fix the failing test.\n" + CODE * 6},
                 {"role": "assistant", "content": None, "tool_calls": [{
@@ -141,7 +144,7 @@ def run_upstream(port: int) -> None:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
-    _install_uvloop()
+    install_uvloop()
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
@@ -171,11 +174,11 @@ def run_raw(port: int, upstream: str) -> None:
     app = web.Application(client_max_size=64 * 2**20)
     app.cleanup_ctx.append(session_ctx)
     app.router.add_post("/v1/chat/completions", proxy)
-    _install_uvloop()
+    install_uvloop()
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-def _install_uvloop() -> None:
+def install_uvloop() -> None:
     try:
         import uvloop
     except ImportError:
@@ -315,9 +318,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory (MB), or another of /proc/<pid>/status's sizes (VmHWM: its
+    peak); NaN when it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return float("nan")
+    for line in lines:
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 

@@ -1,0 +1,108 @@
+"""bench.epp_floor's answers to the pick stream's messages, and bench.epp's target lines."""
+
+from __future__ import annotations
+
+import itertools
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
+from bench import epp
+from bench.epp_floor import PickStream
+from bench.proxy_overhead import Sample
+from router.epp import messages
+from router.epp.pick import WATCHED
+
+ENDPOINTS = ["127.0.0.1:8001", "127.0.0.1:8002"]
+
+
+def _headers(end: bool = False) -> ext_proc.ProcessingRequest:
+    message = ext_proc.ProcessingRequest()
+    message.request_headers.end_of_stream = end
+    return message
+
+
+def _body(end: bool) -> ext_proc.ProcessingRequest:
+    message = ext_proc.ProcessingRequest()
+    message.request_body.body = b"{}"
+    message.request_body.end_of_stream = end
+    return message
+
+
+def _trailers() -> ext_proc.ProcessingRequest:
+    message = ext_proc.ProcessingRequest()
+    message.request_trailers.SetInParent()
+    return message
+
+
+def _destination(answer: ext_proc.ProcessingResponse) -> str:
+    headers = answer.request_headers.response.header_mutation.set_headers
+    named = {h.header.key: h.header.raw_value.decode() for h in headers}
+    lb = answer.dynamic_metadata.fields[messages.LB_NAMESPACE].struct_value
+    assert lb.fields[messages.DESTINATION].string_value == named[messages.DESTINATION]
+    return str(named[messages.DESTINATION])
+
+
+def test_the_headers_answer_waits_for_the_body_then_each_chunk_goes_on() -> None:
+    stream = PickStream(itertools.cycle(ENDPOINTS))
+    assert stream.on(_headers()) == []
+    assert stream.on(_body(end=False)) == []
+    picked, *chunks = stream.on(_body(end=True))
+    assert _destination(picked) == ENDPOINTS[0]
+    assert chunks == [messages.REQUEST_BODY_CONTINUE] * 2
+    ours = picked.dynamic_metadata.fields[messages.OURS_NAMESPACE].struct_value
+    assert ours.fields["answer"].string_value == WATCHED  # the route skips specroute.edit
+
+
+def test_streams_name_the_endpoints_in_turn() -> None:
+    endpoints = itertools.cycle(ENDPOINTS)
+    named = [_destination(PickStream(endpoints).on(_body(end=True))[0]) for _ in range(3)]
+    assert named == [ENDPOINTS[0], ENDPOINTS[1], ENDPOINTS[0]]
+
+
+def test_a_body_ending_on_trailers_and_a_request_without_body() -> None:
+    stream = PickStream(itertools.cycle(ENDPOINTS))
+    stream.on(_headers())
+    stream.on(_body(end=False))
+    picked, chunk, trailers = stream.on(_trailers())
+    assert _destination(picked) == ENDPOINTS[0]
+    assert chunk == messages.REQUEST_BODY_CONTINUE
+    assert trailers == messages.trailers(request=True)
+    assert [_destination(a) for a in PickStream(itertools.cycle(ENDPOINTS)).on(
+        _headers(end=True))] == [ENDPOINTS[0]]
+
+
+def _tally(ms: float, lag_ms: float = 0.0, requests: int = 0) -> epp.Tally:
+    return epp.Tally(samples=[Sample(ms, ms, lag_ms, None)] * 3, requests=requests, seconds=1.0)
+
+
+def test_the_target_lines_say_met_or_missed() -> None:
+    tallies = {(epp.DIRECT, "1k"): _tally(1.0, requests=5000),
+               (epp.PICKER, "1k"): _tally(3.2, requests=800),
+               (epp.FLOOR, "1k"): _tally(3.0, requests=1200)}
+    added, share = epp.target_1k(tallies, 32)
+    assert added.endswith(": met") and "+2.20 ms against +2.00" in added
+    assert share.endswith(": missed") and "(67%)" in share
+    tallies = {(epp.DIRECT, "sse"): _tally(50.0, 0.10),
+               (epp.PICKER, "sse"): _tally(52.0, 0.15),
+               (epp.FLOOR, "sse"): _tally(52.0, 0.14)}
+    assert epp.target_sse(tallies)[0].endswith("+50 us against +40 (+10): met")
+
+
+def test_the_220k_targets_count_failures_and_stand_beside_gie() -> None:
+    args = epp.parse_args(["--clients", "20", "1"])
+    assert args.sizes == ["1k", "42k", "220k", "sse"] and args.clients == [1, 20]
+    names = (epp.DIRECT, epp.PICKER, epp.FLOOR)
+    tallies = {(name, "220k"): epp.Tally() for name in names}
+    sweep = {(epp.DIRECT, "220k", 20): _tally(20.0, requests=150),
+             (epp.PICKER, "220k", 20): _tally(40.0, requests=120),
+             (epp.FLOOR, "220k", 20): _tally(35.0, requests=130)}
+    sweep |= {(name, "220k", 1): _tally(1.0) for name in names}
+    sweep[(epp.FLOOR, "220k", 20)].failed, sweep[(epp.FLOOR, "220k", 20)].error = 2, "reset"
+    ttft, failed, floor_error, gie, here = epp.target_220k(tallies, sweep, args, names)
+    assert ttft.endswith("+20.00 ms against +15.00 (1.33x): missed")
+    assert "do-nothing picker 2" in failed and failed.endswith(": met")  # the picker's none
+    assert floor_error.endswith("first failure: reset")
+    assert "ANOTHER MACHINE" in gie and "TTFT 158 ms at 20 clients" in gie
+    assert "Envoy + picker 40.0 ms, 120 req/s" in here
+    assert epp.failed_requests(tallies, sweep, ["220k"], args, names) == [
+        "failed requests, Envoy + do-nothing picker: 220k 2; the first: reset"]
