@@ -104,20 +104,36 @@ def field_indices(text: str, seed: int, settings: HashSettings) -> IntArray:
     # surrogatepass: a lone surrogate a client sent (valid JSON) hashes as its code point
     squeezed = " ".join(text.lower().split())
     codes = np.frombuffer(squeezed.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    # FNV-style, extended one character per order: the hashes of the n-grams of order k are
-    # those of order k-1 combined with the next character (one vector pass per order).
-    out = []
-    h = np.full(codes.size, np.uint32(2166136261 + 97 * seed), dtype=np.uint32)
-    for order in range(1, max(settings.orders) + 1):
-        span = codes.size - order + 1
-        if span <= 0:
-            break
-        h = (h[:span] ^ codes[order - 1: order - 1 + span]) * _FNV_PRIME
-        if order in settings.orders:
-            out.append(h)
-    if not out:
-        return np.zeros(0, dtype=np.int64)
-    return (np.concatenate(out) % np.uint32(settings.dim)).astype(np.int64)
+    hashes = _ngram_hashes(codes, np.uint32(2166136261 + 97 * seed), settings.orders)
+    dim = settings.dim
+    if dim & (dim - 1) == 0:  # a power of two: the remainder is the low bits
+        np.bitwise_and(hashes, np.uint32(dim - 1), out=hashes)
+    else:
+        np.remainder(hashes, np.uint32(dim), out=hashes)
+    return hashes.astype(np.int64)
+
+
+def _ngram_hashes(codes: npt.NDArray[np.uint32], basis: np.uint32,
+                  orders: tuple[int, ...]) -> npt.NDArray[np.uint32]:
+    """The hashes of the n-grams of each of `orders`, lowest order first, in one array.
+    FNV-style, extended one character per order: the hashes of the n-grams of order k are
+    those of order k-1 combined with the next character (one vector pass per order, written
+    in place where the order is kept)."""
+    size = codes.size
+    last = min(max(orders), size)
+    out = np.empty(sum(size - order + 1 for order in orders if order <= last), dtype=np.uint32)
+    previous, at = codes, 0
+    for order in range(1, last + 1):
+        span = size - order + 1
+        kept = order in orders
+        h = out[at:at + span] if kept else np.empty(span, dtype=np.uint32)
+        if order == 1:
+            np.bitwise_xor(codes, basis, out=h)
+        else:
+            np.bitwise_xor(previous[:span], codes[order - 1:], out=h)
+        np.multiply(h, _FNV_PRIME, out=h)
+        previous, at = h, at + (span if kept else 0)
+    return out
 
 
 def _tool_name(tool: object) -> str:
