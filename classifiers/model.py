@@ -95,8 +95,9 @@ def text_share(w_text: FloatArray, settings: HashSettings, n_classes: int, seed:
     idx, weights = field_weights(seed, text, settings)
     if not idx.size:
         return (0.0,) * n_classes
-    # np.take gathers the same rows as `w_text[idx]`, ~3x faster than fancy indexing
-    return tuple((weights @ np.take(w_text, idx, axis=0)).tolist())
+    # take gathers the same rows as `w_text[idx]`, faster than fancy indexing (the method: not
+    # np.take's Python wrapper)
+    return tuple((weights @ w_text.take(idx, axis=0)).tolist())
 
 
 @dataclass(frozen=True, slots=True)
