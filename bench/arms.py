@@ -899,10 +899,11 @@ async def _mix(where: str, mix: str, max_tokens: int,
                       if later else float("nan"))
         row = make_row(where, mix, max_tokens, load, runs, oracle, names, len(items), alone)
         if not load.open:
+            log, auto = logs[load.name] / "decisions.jsonl", runs["auto"].served
             row.batch = batch_row(
-                load.name, settings.slots, row.totals, tuple(names), runs["auto"].served,
+                load.name, settings.slots, row.totals, tuple(names), auto,
                 copy_wins(alone, first=0 if warm else FIRST), names.get("ngram"),
-                log_errors(logs[load.name] / "decisions.jsonl", runs["auto"].served))
+                log_errors(log, auto), log_errors(log, auto, steady=True))
         if not rows:
             print(format_service(row.service))
         print(format_row(row, first=not rows), flush=True)

@@ -11,7 +11,10 @@ and how well its decisions predicted each request's finish.
   ceiling of routing by class and load, measured on the same instances, beside auto's ratio.
 - The prediction error of one request is |(queue_ms + service_ms) - total_ms| / total_ms, from
   auto's decision log (read through `decisionlog.readers`), over the measured requests only:
-  the warm-up's and the start-up probe's records are not counted.
+  the warm-up's and the start-up probe's records are not counted. Beside it, the same over the
+  requests whose batch over their life (`batch_mean`) came out as the decision predicted it
+  (`decision.batch`, within half a request): the part of the error that knowing the future
+  load would not remove.
 
 Pure but for `log_errors`, which reads one decision log.
 """
@@ -49,12 +52,16 @@ class ErrorSummary:
     p90: float
 
 
-def prediction_errors(records: Iterable[RouteRecord], request_ids: Collection[str]
-                      ) -> list[float]:
+def prediction_errors(records: Iterable[RouteRecord], request_ids: Collection[str],
+                      *, steady: bool = False) -> list[float]:
     """|(queue_ms + service_ms) - total_ms| / total_ms of each answered record in
-    `request_ids` whose decision predicted both parts (a pinned request's does not)."""
+    `request_ids` whose decision predicted both parts (a pinned request's does not).
+    `steady`: only those whose batch over their life came out as predicted (within half a
+    request): what is left of the error when the future load was guessed right."""
     errors = []
     for record in records:
+        if steady and not _batch_as_predicted(record):
+            continue
         if record.request_id not in request_ids or record.outcome.error:
             continue
         queue, service = record.decision.get("queue_ms"), record.decision.get("service_ms")
@@ -64,6 +71,12 @@ def prediction_errors(records: Iterable[RouteRecord], request_ids: Collection[st
             continue
         errors.append(abs(queue + service - total) / total)
     return errors
+
+
+def _batch_as_predicted(record: RouteRecord) -> bool:
+    predicted, lived = record.decision.get("batch"), record.outcome.batch_mean
+    return (isinstance(predicted, int | float) and lived is not None
+            and abs(lived - predicted) < 0.5)
 
 
 def summarize(errors: Sequence[float]) -> ErrorSummary | None:
@@ -82,13 +95,15 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
     return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
-def log_errors(log: Path, served: Sequence[Served]) -> ErrorSummary | None:
+def log_errors(log: Path, served: Sequence[Served], *, steady: bool = False
+               ) -> ErrorSummary | None:
     """`summarize` of the prediction errors in the decision log `log` of the requests `served`
-    (by the proxy's request id: the warm-up's and the probe's are left out)."""
+    (by the proxy's request id: the warm-up's and the probe's are left out); `steady`: of
+    those whose batch came out as predicted only."""
     if not log.exists():
         return None
     ids = {s.request_id for s in served if s.request_id and not s.error}
-    return summarize(prediction_errors(iter_log_records([log]), ids))
+    return summarize(prediction_errors(iter_log_records([log]), ids, steady=steady))
 
 
 def share_on(backend: str | None, served: Sequence[Served], indices: Collection[int]
@@ -115,11 +130,14 @@ class BatchRow:
     # arm's makespan inverted as auto's is (above 1: it finished sooner; nan: none ran)
     hand: Mapping[str, float] = field(default_factory=dict)
     hand_x_best: float = math.nan
+    # auto's error on the requests whose batch over their life came out as predicted: the
+    # part of the error that knowing the future load would not remove
+    steady: ErrorSummary | None = None
 
 
 def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequence[str],
               auto: Sequence[Served], copy_edits: Collection[int], ngram: str | None,
-              prediction: ErrorSummary | None) -> BatchRow:
+              prediction: ErrorSummary | None, steady: ErrorSummary | None = None) -> BatchRow:
     """One load's figures from each arm's total (`totals`: arm -> seconds), the configs
     `roles`, auto's requests, the copy edits (request indices) and n-gram's instance name."""
     static = [LC, *roles]
@@ -130,7 +148,7 @@ def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequenc
     fastest_hand = min(hand.values(), default=math.nan)
     return BatchRow(load, slots, makespan, best, ratio, len(copy_edits),
                     share_on(ngram, auto, copy_edits), prediction, hand,
-                    makespan[best] / fastest_hand if fastest_hand > 0 else math.nan)
+                    makespan[best] / fastest_hand if fastest_hand > 0 else math.nan, steady)
 
 
 def format_batch(rows: Sequence[BatchRow]) -> str:
@@ -141,7 +159,8 @@ def format_batch(rows: Sequence[BatchRow]) -> str:
     arms = [*rows[0].makespan, *rows[0].hand]
     head = (f"  {'load':<10} {'slots':>5}" + "".join(f"{arm:>11}" for arm in arms)
             + f"  {'auto x best static':>20}  {'best hand x best static':>23}"
-            f"  {'copy edits->ngram':>17}  {'|pred-actual|/actual median/p90 (n)':>36}")
+            f"  {'copy edits->ngram':>17}  {'|pred-actual|/actual median/p90 (n)':>36}"
+            f"  {'batch as predicted: same':>26}")
     lines = [f"  batch figures (issue 50; makespan s, after the warm-up):\n{head}"]
     for row in rows:
         cells = "".join(f"{row.makespan.get(arm, row.hand.get(arm, math.nan)):>11.2f}"
@@ -150,8 +169,11 @@ def format_batch(rows: Sequence[BatchRow]) -> str:
         hand = "-" if math.isnan(row.hand_x_best) else f"{row.hand_x_best:.3f}"
         share = ("-" if row.copy_edits_on_ngram is None
                  else f"{row.copy_edits_on_ngram:.0%} of {row.copy_edits}")
-        p = row.prediction
-        error = "-" if p is None else f"{p.median:.0%}/{p.p90:.0%} ({p.n})"
+        error, steady = (_errors(summary) for summary in (row.prediction, row.steady))
         lines.append(f"  {row.load:<10} {row.slots:>5}{cells}  {ratio:>20}  {hand:>23}"
-                     f"  {share:>17}  {error:>36}")
+                     f"  {share:>17}  {error:>36}  {steady:>26}")
     return "\n".join(lines)
+
+
+def _errors(summary: ErrorSummary | None) -> str:
+    return "-" if summary is None else f"{summary.median:.0%}/{summary.p90:.0%} ({summary.n})"

@@ -472,6 +472,23 @@ def test_the_prediction_error_is_of_the_measured_requests_whose_finish_was_predi
     assert log_errors(tmp_path / "none.jsonl", served) is None
 
 
+def test_the_steady_errors_are_of_the_requests_whose_batch_came_out_as_predicted() -> None:
+    def record(rid: str, predicted: int | None, lived: float | None) -> RouteRecord:
+        decision: dict[str, float] = {"queue_ms": 0.0, "service_ms": 800.0}
+        if predicted is not None:
+            decision["batch"] = predicted
+        return RouteRecord(
+            ts="2026-12-06T00:00:00.000Z", request_id=rid, endpoint="chat", model="m",
+            stream=False, conversation="", features={}, classifier={}, decision=decision,
+            outcome=Outcome(status=200, total_ms=1000.0, batch_mean=lived), overhead_ms=0.1)
+
+    records = [record("same", 3, 3.2), record("grew", 2, 3.6), record("older", None, 2.0),
+               record("unknown", 2, None)]
+    ids = {"same", "grew", "older", "unknown"}
+    assert prediction_errors(records, ids) == pytest.approx([0.2] * 4)
+    assert prediction_errors(records, ids, steady=True) == pytest.approx([0.2])  # "same" only
+
+
 @pytest.mark.parametrize(("errors", "median", "p90"), [
     ([0.1, 0.5, 0.2, 0.05, 0.3], 0.2, 0.5),  # rank ceil(4.5) = 5: the largest
     ([0.4, 0.1, 0.3, 0.2], 0.25, 0.4),
