@@ -22,8 +22,10 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Final, NamedTuple
 
+from classifiers.copying import COPY_NAMES
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
@@ -38,7 +40,7 @@ from policies.decision.finish import (
 from policies.decision.pins import request_pin
 from policies.decision.sessions import Held
 from policies.learner.routemodel import PLAIN_CONFIG, RouteModel
-from policies.learner.speedup import MTP_CONFIG, Prediction, Vector, inputs
+from policies.learner.speedup import INPUT_FEATURES, MTP_CONFIG, Prediction, Vector, read_inputs
 from policies.policyfile.schema import Policy
 from policies.policyfile.words import Profile, Route
 
@@ -216,7 +218,13 @@ def predict_speedup(
 def request_inputs(features: Features, scores: Scores | None) -> Vector:
     """The route model's inputs for the request, from its features and class scores as the
     decision log records them (so the learner, reading the record, reads the same)."""
-    return inputs(features.as_dict(), scores.logged_scores() if scores else None)
+    return read_inputs(_INPUT_VALUES(features), scores.logged_scores() if scores else None)
+
+
+# The features the inputs read, straight from `Features`: the values `as_dict` gives the
+# record, without building the whole dict on every decision.
+_INPUT_VALUES: Final = attrgetter(*(f"copy.{name}" if name in COPY_NAMES else name
+                                    for name in INPUT_FEATURES))
 
 
 def predict_speedups(

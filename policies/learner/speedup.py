@@ -19,7 +19,7 @@ its posterior marginal, one normal draw.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -68,45 +68,64 @@ COPY_SD: Final = 1.0
 MTP_CONFIG: Final = "mtp"
 
 
+# The features the inputs are read from, in the order `read_inputs` takes their values.
+INPUT_FEATURES: Final = (
+    "n_tools", "last_role_tool", "history_has_tool", "code_fences", "code_line_share",
+    "cjk_share", "json_mode", "prompt_tokens", "n_messages",
+    "quoted_code_share", "quoted_json_share", "quoted_text_share", "quoted_chars", "edit_verb",
+    "reemit_format", "rename_sites",
+)
+
+
 def inputs(features: Mapping[str, Any], scores: Mapping[str, float] | None) -> Vector:
     """The model's input for one request, from the features and class scores as logged."""
+    get = features.get
+    return read_inputs([get(name) for name in INPUT_FEATURES], scores)
+
+
+def read_inputs(values: Sequence[object], scores: Mapping[str, float] | None) -> Vector:
+    """`inputs`, from the values of `INPUT_FEATURES` in order (a missing one: None): how the
+    decision reads them from the request's features, without a dict of them all."""
     # Runs on every routing decision and every record the online model learns from: plain
     # lookups, no closures or intermediate dicts.
-    get = features.get
+    (n_tools, last_role_tool, history_has_tool, code_fences, code_line_share, cjk_share,
+     json_mode, prompt_tokens, n_messages, *copy) = values
     probabilities = scores or {}
     raw = [probabilities.get(c, 0.0) for c in CLASSES]
     total = sum(raw)
     share = [p / total for p in raw] if total > 0 else [1.0 / len(CLASSES)] * len(CLASSES)
-    tools = _num(get("n_tools", 0)) > 0
-    last_tool = bool(get("last_role_tool"))
-    history = bool(get("history_has_tool")) or last_tool
-    values = [
+    tools = _num(n_tools) > 0
+    last_tool = bool(last_role_tool)
+    history = bool(history_has_tool) or last_tool
+    row = [
         1.0, *share,
         float(tools),
         float(history),
         float(tools and history),
         float(last_tool),
-        min(_num(get("code_fences", 0)), 3.0) / 3.0,
-        min(max(_num(get("code_line_share", 0)), 0.0), 1.0),
-        min(max(_num(get("cjk_share", 0)), 0.0), 1.0),
-        float(bool(get("json_mode"))),
-        math.log1p(max(_num(get("prompt_tokens", 0)), 0.0)) / 10.0,
-        min(_num(get("n_messages", 0)), 20.0) / 20.0,
-        *_copy_inputs(get),
+        min(_num(code_fences), 3.0) / 3.0,
+        min(max(_num(code_line_share), 0.0), 1.0),
+        min(max(_num(cjk_share), 0.0), 1.0),
+        float(bool(json_mode)),
+        math.log1p(max(_num(prompt_tokens), 0.0)) / 10.0,
+        min(_num(n_messages), 20.0) / 20.0,
+        *_copy_inputs(*copy),
     ]
-    return np.array(values, dtype=np.float64)
+    return np.array(row, dtype=np.float64)
 
 
-def _copy_inputs(get: Callable[[str, object], object]) -> tuple[float, ...]:
-    code = _share(get("quoted_code_share", 0))
-    json_share = _share(get("quoted_json_share", 0))
-    text = _share(get("quoted_text_share", 0))
-    edit = float(bool(get("edit_verb", False)))
-    reemit = float(bool(get("reemit_format", False)))
+def _copy_inputs(quoted_code_share: object, quoted_json_share: object, quoted_text_share: object,
+                 quoted_chars: object, edit_verb: object, reemit_format: object,
+                 rename_sites: object) -> tuple[float, ...]:
+    code = _share(quoted_code_share)
+    json_share = _share(quoted_json_share)
+    text = _share(quoted_text_share)
+    edit = float(bool(edit_verb))
+    reemit = float(bool(reemit_format))
     # asked to edit it or to give it back whole, the reply is mostly a copy of what is quoted
     copy_ask = max(edit, reemit)
-    chars = max(_num(get("quoted_chars", 0)), 0.0)
-    sites = max(_num(get("rename_sites", 0)), 0.0)
+    chars = max(_num(quoted_chars), 0.0)
+    sites = max(_num(rename_sites), 0.0)
     # each site is a rejected draft and a few undrafted tokens: what counts is how dense they are
     breaks = min(sites * CHARS_PER_BREAK / chars, 1.0) if chars else float(sites > 0)
     return (code, json_share, text, math.log1p(chars) / 10.0,

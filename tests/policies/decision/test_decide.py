@@ -8,7 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from classifiers.copying import CopySignals
 from classifiers.features import Features
 from classifiers.scores import Scores
 from policies.decision.ask import Ask, BackendState, State
@@ -260,6 +263,30 @@ def test_the_decision_priced_the_inputs_the_learner_reads_from_its_record() -> N
     # a sampled request's speedup reads no input, its length does: the learner reads them too
     assert sampled.inputs is not None
     assert list(sampled.inputs) == list(d.inputs)
+
+
+_COUNTS = st.integers(min_value=0, max_value=200_000)
+_SHARES = st.sampled_from([0.0, 1e-4, 0.3333, 0.5, 0.9999, 1.0])
+_COPY = st.builds(CopySignals, quoted_code_share=_SHARES, quoted_json_share=_SHARES,
+                  quoted_text_share=_SHARES, quoted_chars=_COUNTS, edit_verb=st.booleans(),
+                  reemit_format=st.booleans(), rename_sites=st.integers(0, 64))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.builds(replace, st.just(FEATURES), n_tools=st.integers(0, 40),
+                 last_role_tool=st.booleans(), history_has_tool=st.booleans(),
+                 code_fences=st.integers(0, 9), code_line_share=_SHARES, cjk_share=_SHARES,
+                 json_mode=st.booleans(), prompt_tokens=_COUNTS, n_messages=st.integers(1, 60),
+                 copy=_COPY),
+       st.dictionaries(st.sampled_from(["agent", "code", "technical", "prose", "chat"]),
+                       st.floats(0.0, 1.0), max_size=5))
+def test_the_inputs_read_from_the_features_are_those_read_from_their_record(
+    features: Features, probabilities: dict[str, float]
+) -> None:
+    scores = Scores("code", "en", probabilities)
+    logged = json.loads(json.dumps({"features": features.as_dict(), "scores": scores.as_dict()}))
+    read = decision_inputs(features, scores)
+    assert read.tobytes() == request_inputs(logged["features"], logged["scores"]["scores"]).tobytes()
 
 
 def test_failover_order_puts_the_choice_first_then_healthy_same_profile() -> None:
