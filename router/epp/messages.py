@@ -24,8 +24,10 @@ SUBSET: Final = "x-gateway-destination-endpoint-subset"
 SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 LB_NAMESPACE: Final = "envoy.lb"
 OURS_NAMESPACE: Final = "specroute"  # the exchange's id, how its answer goes, its headers
-# The decision's receipt, for Envoy's access log: apart from OURS_NAMESPACE, which Envoy
-# forwards on every message of the answer's streams, so it is never sent back to the picker.
+# The answer's x-specroute-* headers (Envoy's response_headers_to_add) and the decision's
+# receipt (its access log): apart from OURS_NAMESPACE, which Envoy forwards on every message of
+# the answer's streams, so that neither is sent back to the picker.
+HEADERS_NAMESPACE: Final = "specroute.headers"
 RECEIPT_NAMESPACE: Final = "specroute.receipt"
 FILTER: Final = "envoy.filters.http.ext_proc"  # whose attributes Envoy sends
 UPSTREAM_ADDRESS: Final = "upstream.address"  # deploy/envoy's `response_attributes`
@@ -97,20 +99,22 @@ def _set(mutation: ext_proc.HeaderMutation, set_headers: Mapping[str, str],
 
 
 def picked(endpoints: Iterable[str], set_headers: Mapping[str, str], remove: Iterable[str],
-           ours: Mapping[str, str] | None = None,
+           ours: Mapping[str, str] | None = None, answer_headers: Mapping[str, str] | None = None,
            receipt: Mapping[str, Any] | None = None) -> ext_proc.ProcessingResponse:
-    """The answer to the request headers: where to send it (header and metadata alike),
+    """The answer to the request headers: where to send it (header and metadata alike);
     `ours`, the exchange's own values, in the metadata namespace `specroute` (read by the
-    answer's watcher, the route's match and its `x-specroute-*` response headers), and the
-    decision's `receipt` (JSON-like values) in `specroute.receipt`, for Envoy's access log."""
+    answer's watcher and editor, and the route's match); the answer's `x-specroute-*` headers
+    in `specroute.headers`; the decision's `receipt` (JSON-like values) in
+    `specroute.receipt`, for Envoy's access log."""
     destination = ",".join(endpoints)
     answer = ext_proc.ProcessingResponse()
     namespaces = answer.dynamic_metadata.fields
     namespaces[LB_NAMESPACE].struct_value.fields[DESTINATION].string_value = destination
-    if ours:
-        fields = namespaces[OURS_NAMESPACE].struct_value.fields
-        for key, value in ours.items():
-            fields[key].string_value = value
+    for namespace, values in ((OURS_NAMESPACE, ours), (HEADERS_NAMESPACE, answer_headers)):
+        if values:
+            fields = namespaces[namespace].struct_value.fields
+            for key, value in values.items():
+                fields[key].string_value = value
     if receipt:
         namespaces[RECEIPT_NAMESPACE].struct_value.update(receipt)
     common = answer.request_headers.response

@@ -153,11 +153,11 @@ class Pick:
         ours = {"exchange": "" if self.answers_here else self.exchanges.open(exchange),
                 "answer": EDITED if added.usage or added.meta_info else WATCHED,
                 "strip": ",".join(k for k, on in (("usage", added.usage),
-                                                   ("meta_info", added.meta_info)) if on),
-                **route_headers(plan, sending.result, self.started)}
+                                                   ("meta_info", added.meta_info)) if on)}
         remove, set_headers = self._for_engine(spec.api_key, decoded=True)
         picked = messages.picked([endpoint_of(t.base_url) for t in named], set_headers, remove,
-                                 ours, receipt(plan))
+                                 ours, route_headers(plan, sending.result, self.started),
+                                 receipt(plan))
         return [picked, *self._chunk_answers(sent, received, trailers)]
 
     def _chunk_answers(self, sent: bytes, received: bytes, trailers: bool) -> Responses:

@@ -188,11 +188,12 @@ def destinations(responses: list[ext_proc.ProcessingResponse]) -> list[str]:
     return value.split(",")
 
 
-def ours_of(responses: list[ext_proc.ProcessingResponse]) -> dict[str, str]:
-    """What the pick put in the metadata namespace `specroute` (Envoy forwards it to the
-    answer's watcher)."""
-    namespace = responses[0].dynamic_metadata.fields[messages.OURS_NAMESPACE].struct_value
-    return {key: value.string_value for key, value in namespace.fields.items()}
+def ours_of(responses: list[ext_proc.ProcessingResponse],
+            namespace: str = messages.OURS_NAMESPACE) -> dict[str, str]:
+    """What the pick put in the metadata `namespace` (`specroute`, which Envoy forwards to the
+    answer's watcher, by default)."""
+    values = responses[0].dynamic_metadata.fields[namespace].struct_value
+    return {key: value.string_value for key, value in values.fields.items()}
 
 
 def watched(message: ext_proc.ProcessingRequest, ours: dict[str, str],
@@ -229,7 +230,9 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     order = [named[endpoint] for endpoint in destinations(picked)]
     assert len(order) >= 3
     ours = ours_of(picked)
-    assert ours["answer"] == "watched" and ours["x-specroute-backend"] == order[0]
+    assert set(ours) == {"exchange", "answer", "strip"}  # all the watcher reads, on each message
+    assert ours["answer"] == "watched"
+    assert ours_of(picked, messages.HEADERS_NAMESPACE)["x-specroute-backend"] == order[0]
     watch = Watch(app, exchanges)
     watch.on(watched(headers_message({}, False), ours))
     watch.on(watched(answered_by(destinations(picked)[2]), ours))
