@@ -63,8 +63,9 @@ class Exchange:
         the stream ended before the answer did, and which end cut it Envoy does not say: it
         resets or closes the stream alike when the instance's answer breaks off and when the
         client leaves (Envoy 1.40, both seen for each). Recorded as the proxy records a client
-        that left: never timed, never the conversation's home. Unobserved: the picker stops
-        while the answer goes on (Envoy's answer filters fail open), its end unseen."""
+        that left: never timed, never the conversation's home. Unobserved: the picker stopped
+        before the answer's end (Envoy finishes a watched answer without it, cuts an edited
+        one), so that end is unseen: never timed either."""
         if self.done:
             return
         self.done = True

@@ -34,8 +34,8 @@ log = structlog.get_logger("specroute")
 SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 HEALTH_SERVICES: Final = ("", "liveness", "readiness", SERVICE)
 HEALTH_INTERVAL_S: Final = 1.0
-# On stop, open streams get this long to end; an answer still going on after it is finished
-# by Envoy alone (its answer filters fail open) and recorded as unobserved.
+# On stop, open streams get this long to end; an answer still going on after it is recorded as
+# unobserved (Envoy finishes a watched one without the picker: the watcher fails open).
 STOP_GRACE_S: Final = 2.0
 
 
