@@ -75,8 +75,10 @@ log tells which. Closed loop, a second table (`bench.arms_batch`, issue 50) sets
 makespans side by side (least-conn, each config alone, auto), auto's ratio to the best of them,
 the share of the copy edits (n-gram alone `COPY_WIN` faster) that auto sent to n-gram, and its
 predictions' error (median and 90th percentile of |queue_ms + service_ms - total_ms| / total_ms
-in its decision log). `--warmup K`: each auto proxy first serves K other requests of the mix at
-the same load, unmeasured, and learns from them; the table then counts from the first request.
+in its decision log) beside the least error a fit could reach on that log
+(`bench.prediction_ceiling`). `--warmup K`: each auto proxy first serves K other requests of
+the mix at the same load, unmeasured, and learns from them; the table then counts from the
+first request.
 At `--slots` S > 1 the oracle above 1 client is the ceiling, each instance's busy time at most
 S x T. `--hand-rules K ...` (closed loop, plain and n-gram) also runs, per K, a rule written
 knowing each request's class: edits to n-gram, the rest to n-gram while fewer than K are in
@@ -111,6 +113,7 @@ from bench.arms_batch import HAND, BatchRow, batch_row, declared_slots, format_b
 from bench.learning import poisson_arrivals
 from bench.learning_live import REQUEST_ERRORS
 from bench.machines import POLICY_PATH
+from bench.prediction_ceiling import log_ceiling
 from bench.traffic import EDIT_MIXES, TrafficRequest, make_edit_mix
 from decisionlog.readers import iter_log_records
 from router.app import create_app
@@ -903,7 +906,8 @@ async def _mix(where: str, mix: str, max_tokens: int,
             row.batch = batch_row(
                 load.name, settings.slots, row.totals, tuple(names), auto,
                 copy_wins(alone, first=0 if warm else FIRST), names.get("ngram"),
-                log_errors(log, auto), log_errors(log, auto, steady=True))
+                log_errors(log, auto), log_errors(log, auto, steady=True),
+                log_ceiling(log, auto))
         if not rows:
             print(format_service(row.service))
         print(format_row(row, first=not rows), flush=True)

@@ -13,8 +13,10 @@ and how well its decisions predicted each request's finish.
   auto's decision log (read through `decisionlog.readers`), over the measured requests only:
   the warm-up's and the start-up probe's records are not counted. Beside it, the same over the
   requests whose batch over their life (`batch_mean`) came out as the decision predicted it
-  (`decision.batch`, within half a request): the part of the error that knowing the future
-  load would not remove.
+  (`decision.batch`, within half a request). And the ceiling (`bench.prediction_ceiling`):
+  the error of a fit of each request's time made in hindsight over the same log, with what was
+  known at its start and with the batch it went on to run in, and of the same fit learned
+  online.
 
 Pure but for `log_errors`, which reads one decision log.
 """
@@ -32,6 +34,7 @@ from decisionlog.records import RouteRecord
 
 if TYPE_CHECKING:
     from bench.arms import Served
+    from bench.prediction_ceiling import Ceiling
 
 LC = "least-conn"
 HAND = "hand-"  # a hand rule's arm: `hand-K`, K its threshold
@@ -130,14 +133,15 @@ class BatchRow:
     # arm's makespan inverted as auto's is (above 1: it finished sooner; nan: none ran)
     hand: Mapping[str, float] = field(default_factory=dict)
     hand_x_best: float = math.nan
-    # auto's error on the requests whose batch over their life came out as predicted: the
-    # part of the error that knowing the future load would not remove
+    # auto's error on the requests whose batch over their life came out as predicted
     steady: ErrorSummary | None = None
+    ceiling: Ceiling | None = None  # the hindsight and online fits' on auto's log
 
 
 def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequence[str],
               auto: Sequence[Served], copy_edits: Collection[int], ngram: str | None,
-              prediction: ErrorSummary | None, steady: ErrorSummary | None = None) -> BatchRow:
+              prediction: ErrorSummary | None, steady: ErrorSummary | None = None,
+              ceiling: Ceiling | None = None) -> BatchRow:
     """One load's figures from each arm's total (`totals`: arm -> seconds), the configs
     `roles`, auto's requests, the copy edits (request indices) and n-gram's instance name."""
     static = [LC, *roles]
@@ -148,7 +152,8 @@ def batch_row(load: str, slots: int, totals: Mapping[str, float], roles: Sequenc
     fastest_hand = min(hand.values(), default=math.nan)
     return BatchRow(load, slots, makespan, best, ratio, len(copy_edits),
                     share_on(ngram, auto, copy_edits), prediction, hand,
-                    makespan[best] / fastest_hand if fastest_hand > 0 else math.nan, steady)
+                    makespan[best] / fastest_hand if fastest_hand > 0 else math.nan, steady,
+                    ceiling)
 
 
 def format_batch(rows: Sequence[BatchRow]) -> str:
@@ -160,7 +165,8 @@ def format_batch(rows: Sequence[BatchRow]) -> str:
     head = (f"  {'load':<10} {'slots':>5}" + "".join(f"{arm:>11}" for arm in arms)
             + f"  {'auto x best static':>20}  {'best hand x best static':>23}"
             f"  {'copy edits->ngram':>17}  {'|pred-actual|/actual median/p90 (n)':>36}"
-            f"  {'batch as predicted: same':>26}")
+            f"  {'batch as predicted: same':>26}  {'fit in hindsight: known at start':>32}"
+            f"  {'with the future':>16}  {'online fit':>16}")
     lines = [f"  batch figures (issue 50; makespan s, after the warm-up):\n{head}"]
     for row in rows:
         cells = "".join(f"{row.makespan.get(arm, row.hand.get(arm, math.nan)):>11.2f}"
@@ -169,9 +175,12 @@ def format_batch(rows: Sequence[BatchRow]) -> str:
         hand = "-" if math.isnan(row.hand_x_best) else f"{row.hand_x_best:.3f}"
         share = ("-" if row.copy_edits_on_ngram is None
                  else f"{row.copy_edits_on_ngram:.0%} of {row.copy_edits}")
-        error, steady = (_errors(summary) for summary in (row.prediction, row.steady))
+        c = row.ceiling
+        error, steady, known, future, online = (_errors(summary) for summary in (
+            row.prediction, row.steady, c and c.known, c and c.future, c and c.online))
         lines.append(f"  {row.load:<10} {row.slots:>5}{cells}  {ratio:>20}  {hand:>23}"
-                     f"  {share:>17}  {error:>36}  {steady:>26}")
+                     f"  {share:>17}  {error:>36}  {steady:>26}  {known:>32}  {future:>16}"
+                     f"  {online:>16}")
     return "\n".join(lines)
 
 
