@@ -27,6 +27,7 @@ from policies.learner.observation import (
     Observation,
     observation_from_record,
     observations,
+    wall_rate,
 )
 from policies.learner.pace import discount_note, far, paces, prior_note, prior_pace
 from policies.learner.routemodel import PLAIN_CONFIG, RouteEvidence, RouteModel, observe
@@ -107,4 +108,5 @@ __all__ = [
     "sums_from_json",
     "sums_to_json",
     "total_sums",
+    "wall_rate",
 ]

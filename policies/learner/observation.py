@@ -126,7 +126,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             p_spec=_p_spec(record),
             profile=profile,
             completion_tokens=tokens,
-            decode_tps=float(outcome.backend_tps or outcome.decode_tps or 0.0),
+            decode_tps=_decode_rate(record, tokens),
             draft_n=_int_or_none(outcome.draft_n),
             draft_accepted=_int_or_none(outcome.draft_accepted),
             prompt_tokens=int(outcome.prompt_tokens or 0),
@@ -182,6 +182,27 @@ def _thinking(features: Mapping[str, Any]) -> bool | None:
     if features.get("thinking"):
         return True
     return None if features.get("thinking_unset", True) else False
+
+
+def _decode_rate(record: RouteRecord, tokens: int) -> float:
+    """The answer's decode rate: the engine's, else the proxy's (first to last streamed token),
+    else, for an answer that came whole with no rate (vLLM and SGLang not streamed), its
+    `wall_rate` when it was sent to a free slot and ended whole (a wait for a slot, or the
+    answer cut, is in its wall time but no decode's)."""
+    outcome = record.outcome
+    rate = outcome.backend_tps or outcome.decode_tps
+    if rate is not None:
+        return float(rate)
+    cut = outcome.client_disconnected or outcome.error or outcome.unobserved
+    if cut or record.decision.get("queue_ms") or outcome.total_ms is None:
+        return 0.0
+    return wall_rate(tokens, float(outcome.total_ms)) or 0.0
+
+
+def wall_rate(tokens: int, elapsed_ms: float) -> float | None:
+    """Tokens a second over an answer's whole wall time, its prefill included: an underestimate
+    of the decode rate (None: nothing to time)."""
+    return tokens / elapsed_ms * 1000.0 if elapsed_ms > 0 and tokens >= 2 else None
 
 
 def _batch(value: Any) -> float:

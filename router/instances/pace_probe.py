@@ -32,6 +32,7 @@ from policies import (
     far,
     observation_from_record,
     prior_pace,
+    wall_rate,
 )
 
 PROBE_RULE = "startup_probe"
@@ -57,9 +58,9 @@ def _record(spec: BackendSpec, kind: str, probe: TimedProbe, scorer: Scorer,
     scored = score_safely(scorer, view, features)
     report = probe.report
     tokens = report.completion_tokens or 0
-    # the wall time includes the prompt's prefill (the copy probe quotes a module, ~200 tokens):
-    # an underestimate of the decode rate, used only where the engine reports no rate of its own
-    wall_tps = tokens / probe.elapsed_ms * 1000.0 if probe.elapsed_ms > 0 else None
+    # the copy probe quotes a module (~200 tokens): its wall rate counts that prefill, used only
+    # where the engine reports no rate of its own
+    wall_tps = wall_rate(tokens, probe.elapsed_ms)
     outcome = Outcome(
         status=200, backend=name, profile=profile, spec=spec.spec_key,
         total_ms=round(probe.elapsed_ms, 3),

@@ -243,6 +243,36 @@ def test_observation_from_log_skips_what_teaches_nothing(
 
 
 @pytest.mark.parametrize(
+    ("outcome", "decision", "rate"),
+    [
+        ({}, {}, 100 / 8.0),  # 100 tokens in 8 s, prefill included
+        ({"backend_tps": 30.0}, {}, 30.0),  # the engine's own rate first
+        ({"decode_tps": 20.0}, {}, 20.0),  # then the proxy's, from a stream
+        ({}, {"queue_ms": 2500.0}, None),  # it waited for a slot: its wall time is not decode
+        ({"client_disconnected": True}, {}, None),  # cut: its end was never timed
+        ({"error": "vllm-ngram: stream broke"}, {}, None),
+        ({"unobserved": True}, {}, None),
+        ({"total_ms": None}, {}, None),
+        ({"completion_tokens": 1}, {}, None),
+    ],
+)
+def test_an_answer_that_came_whole_without_a_rate_is_paced_by_its_wall_time(
+    outcome: dict[str, object], decision: dict[str, object], rate: float | None
+) -> None:
+    # vLLM and SGLang report no decode rate, and a non-streamed answer's tokens all come at
+    # once: without its wall rate the route model never learned from such traffic
+    record = _record(**{"backend_tps": None, "decode_tps": None, "ttft_ms": None,
+                        "total_ms": 8000.0, **outcome})
+    record["decision"] = {"profile": "mtp", "p_spec": 0.8, **decision}
+    obs = observation_from_log(record)
+    if rate is None:
+        assert obs is None or not obs.paced
+    else:
+        assert obs is not None and obs.paced
+        assert obs.decode_tps == pytest.approx(rate)
+
+
+@pytest.mark.parametrize(
     ("features", "assume", "greedy"),
     [
         ({"temperature": 0.0}, Assume(), True),

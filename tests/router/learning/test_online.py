@@ -18,7 +18,7 @@ from policies.learner.speedup import Vector
 from policies.store import PolicyStore, learned_path_for, write_learned
 from router.config import DEFAULT_POLICY
 from router.instances.pool import POOL
-from router.learning.online import OnlineModel
+from router.learning.online import ONLINE, OnlineModel
 from tests.router.conftest import ServerFactory, start_stack
 from tests.router.test_proxy_openai import GREEDY_TECH
 
@@ -183,3 +183,20 @@ def test_the_records_teach_each_request_its_own_reply_length(tmp_path: Path) -> 
     asked = model.completion_tokens(np.array(request_inputs(question, scores)), 0)
     quoted = model.completion_tokens(np.array(request_inputs(edit, scores)), 0)
     assert asked == pytest.approx(20, rel=0.4) and quoted == pytest.approx(220, rel=0.25)
+
+
+async def test_answers_an_engine_sends_whole_without_a_rate_teach_the_route_model(
+    aiohttp_server: ServerFactory, tmp_path: Path
+) -> None:
+    # vLLM reports no decode rate and a non-streamed answer comes in one piece: its wall rate
+    # is its pace (before, such traffic never moved the model off the probe and the prior)
+    engines = {profile: SimState(profile=profile, stats="prometheus", time_scale=0.05)
+               for profile in ("mtp", "plain")}
+    stack = await start_stack(aiohttp_server, tmp_path, engine="vllm", **engines)
+    client = stack.client()
+    for _ in range(3):
+        await client.chat.completions.create(**{**GREEDY_TECH, "max_tokens": 16})
+    records = await stack.logged(3)
+    assert all(r.outcome.decode_tps is None and r.outcome.backend_tps is None for r in records)
+    evidence = stack.proxy.app[ONLINE].model.evidence
+    assert evidence.plain.n + sum(g.n for g in evidence.greedy.values()) == 3
