@@ -131,7 +131,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             draft_accepted=_int_or_none(outcome.draft_accepted),
             prompt_tokens=int(outcome.prompt_tokens or 0),
             cached_tokens=int(outcome.cached_tokens or 0),
-            ttft_ms=_float_or_none(outcome.ttft_ms),
+            ttft_ms=_first_token_ms(record, tokens),
             temperature=float(features.get("temperature", -1)),
             thinking=_thinking(features),
             inputs=(record.inputs if record.inputs is not None
@@ -145,8 +145,7 @@ def observation_from_record(record: RouteRecord) -> Observation | None:
             measured_tps=_float_or_none(outcome.decode_tps),
             # an error after a 200 is an answer that broke off (backends/upstream), and one whose
             # end nobody saw (the picker stopped): cut short too
-            disconnected=bool(outcome.client_disconnected or outcome.error
-                              or outcome.unobserved),
+            disconnected=_cut(record),
             spec=str(outcome.spec or ""),
             batch=_batch(outcome.batch_mean),
             batch_start=_batch(outcome.batch_start),
@@ -193,10 +192,29 @@ def _decode_rate(record: RouteRecord, tokens: int) -> float:
     rate = outcome.backend_tps or outcome.decode_tps
     if rate is not None:
         return float(rate)
-    cut = outcome.client_disconnected or outcome.error or outcome.unobserved
-    if cut or record.decision.get("queue_ms") or outcome.total_ms is None:
+    if _cut(record) or record.decision.get("queue_ms") or outcome.total_ms is None:
         return 0.0
     return wall_rate(tokens, float(outcome.total_ms)) or 0.0
+
+
+def _first_token_ms(record: RouteRecord, tokens: int) -> float | None:
+    """The time to the first token: the proxy's, from a stream; else, for an answer that came
+    whole from an engine that reports its decode rate (llama.cpp), its time less that decode
+    (what teaches the prefill's cost where no client streams)."""
+    outcome = record.outcome
+    if outcome.ttft_ms is not None:
+        return float(outcome.ttft_ms)
+    rate, total = outcome.backend_tps, outcome.total_ms
+    if not rate or rate <= 0 or total is None or tokens < 2 or _cut(record):
+        return None
+    first = float(total) - (tokens - 1) / float(rate) * 1000.0
+    return first if first > 0.0 else None
+
+
+def _cut(record: RouteRecord) -> bool:
+    """Its end was not seen whole: the client left, it broke off, or the picker stopped."""
+    outcome = record.outcome
+    return bool(outcome.client_disconnected or outcome.error or outcome.unobserved)
 
 
 def wall_rate(tokens: int, elapsed_ms: float) -> float | None:

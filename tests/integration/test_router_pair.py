@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from backends.spec import BackendSpec
+from policies.learner.observation import observation_from_record
 from router.app import create_app
 from router.config import Config, Limits, LogConfig, SupervisorConfig
 from router.state import Deps
@@ -94,6 +95,28 @@ async def test_streamed_request_reports_without_a_usage_chunk_to_the_client(
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     outcome = routed.records.records[-1].outcome
     assert outcome.draft_n and outcome.decode_tps and outcome.ttft_ms is not None
+
+
+async def test_an_answer_sent_whole_times_its_prefill_as_a_stream_does(routed: Routed) -> None:
+    # The learner reads a whole answer's prefill as its time less the engine's decode: on the
+    # real engine that agrees with the time to the first token of the same prompt streamed.
+    prompt = "Summarise this log in one line. " + " ".join(
+        f"worker {i} finished batch {i * 7} in {i % 13} s;" for i in range(90))
+    body = {"model": routed.pair.model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 24, "temperature": 0, "extra_body": {"cache_prompt": False},
+            "extra_headers": {"x-specroute-route": "plain"}}
+    firsts = []
+    for _ in range(2):  # the second of each: the instance warm
+        stream = await routed.client.chat.completions.create(**body, stream=True)
+        _ = [chunk async for chunk in stream]
+        streamed = routed.records.records[-1]
+        await routed.client.chat.completions.create(**body)
+        whole = observation_from_record(routed.records.records[-1])
+        assert whole is not None and streamed.outcome.ttft_ms is not None
+        assert whole.prompt_tokens - whole.cached_tokens >= 500  # a prefill worth timing
+        firsts.append((streamed.outcome.ttft_ms, whole.ttft_ms))
+    streamed_ms, whole_ms = firsts[-1]
+    assert whole_ms is not None and 0.5 * streamed_ms <= whole_ms <= 2.0 * streamed_ms, firsts
 
 
 async def test_killed_instance_fails_over_then_comes_back(routed: Routed) -> None:

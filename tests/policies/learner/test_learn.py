@@ -273,6 +273,29 @@ def test_an_answer_that_came_whole_without_a_rate_is_paced_by_its_wall_time(
 
 
 @pytest.mark.parametrize(
+    ("outcome", "first_ms"),
+    [
+        ({"ttft_ms": 900.0}, 900.0),  # streamed: the proxy's own
+        ({}, 10_000.0 - 159 / 32.0 * 1000.0),  # whole: its time less the engine's decode
+        ({"backend_tps": None}, None),  # no engine rate: no way to part prefill from decode
+        ({"backend_tps": 10.0}, None),  # a decode longer than the answer: nothing left to read
+        ({"client_disconnected": True}, None),  # cut: its end was never timed
+        ({"total_ms": None}, None),
+    ],
+)
+def test_an_answer_that_came_whole_times_its_prefill_as_its_time_less_its_decode(
+    outcome: dict[str, object], first_ms: float | None
+) -> None:
+    # llama-server not streamed: the prefill of a 270-token edit on one CPU thread (~5 s of a
+    # 10 s answer) was never learned, and every edit was predicted half its time
+    record = _record(**{"ttft_ms": None, "backend_tps": 32.0, "decode_tps": None,
+                        "completion_tokens": 160, "total_ms": 10_000.0, **outcome})
+    obs = observation_from_log(record)
+    assert obs is not None
+    assert obs.ttft_ms == (None if first_ms is None else pytest.approx(first_ms))
+
+
+@pytest.mark.parametrize(
     ("features", "assume", "greedy"),
     [
         ({"temperature": 0.0}, Assume(), True),
