@@ -165,6 +165,13 @@ async def test_unknown_v1_path_passes_through_to_default_backend(stack: Stack) -
 
 
 async def test_messages_and_responses_are_classified_and_routed(stack: Stack) -> None:
+    # the chat first: routed by the prior alone (an answer teaches the route model its pace,
+    # and the simulated engines answer at once: one learned from would look very fast)
+    responses = {"model": "sim-model", "input": "Hi there!", "temperature": 0}
+    status, headers, _ = await _post(f"{stack.base_url}/responses", responses)
+    assert status == 200 and headers["x-specroute-class"] == "chat"
+    assert headers["x-specroute-backend"] == "plain-0"
+    assert stack.last.endpoint == "responses"
     messages = {
         "model": "sim-model", "max_tokens": 16, "temperature": 0,
         "system": "You are a coding agent.",
@@ -173,10 +180,6 @@ async def test_messages_and_responses_are_classified_and_routed(stack: Stack) ->
     status, headers, _ = await _post(f"{stack.base_url}/messages", messages)
     assert status == 200 and headers["x-specroute-class"] == "code"
     assert stack.last.endpoint == "messages"
-    responses = {"model": "sim-model", "input": "Hi there!", "temperature": 0}
-    status, headers, _ = await _post(f"{stack.base_url}/responses", responses)
-    assert status == 200 and headers["x-specroute-class"] == "chat"
-    assert headers["x-specroute-backend"] == "plain-0"
 
 
 async def test_log_line_has_the_schema_and_no_prompt_text(stack: Stack) -> None:
