@@ -26,12 +26,12 @@ import contextlib
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, Final
 
 import openai
 from aiohttp import web
@@ -57,6 +57,8 @@ DEMO_TIME_SCALE = 0.15  # the simulated engines run at 0.15x of GB10 step times
 # With --slots the simulated engines batch on a GPU's curve: nearly flat, speculation fading.
 BATCH_CURVE = MACHINES["gpu-batch"]
 CLASSES = ("agent", "code", "edit", "technical", "prose", "chat")
+# How long the demo waits, once its last answer is in, for the records it has not had yet.
+RECORD_WAIT_S: Final = 10.0
 Stop = Any
 
 
@@ -121,6 +123,7 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
         reload_once(app)
         print("\n".join(describe_model(app[ONLINE].model)))
         true_class |= await _replay(base_url, items, ("auto",), "route on auto (learned)")
+        await _recorded(collect, true_class.keys())
     finally:
         for stop in stops:
             await stop()
@@ -130,6 +133,17 @@ async def _demo(backends: str, n: int, max_tokens: int, min_samples: int, out: P
     print(f"  specroute tail {config.log.path}          # one line per request")
     print(f"  specroute report {config.log.path} --project-onto gb10   # the same traffic on a GB10")
     return 0
+
+
+async def _recorded(collect: _Collect, request_ids: Iterable[str],
+                    timeout_s: float = RECORD_WAIT_S) -> None:
+    """Wait, at most `timeout_s`, until every request sent has its record: behind Envoy the
+    picker reads an answer beside its client, and on a busy machine the last chunks reach it
+    after the client has them all; stopped before, it would record that answer as cut."""
+    wanted = set(request_ids) - {""}
+    deadline = time.monotonic() + timeout_s
+    while not wanted <= {r.request_id for r in collect.records} and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def demo_policy(out: Path, backends: str, min_samples: int) -> Path:
