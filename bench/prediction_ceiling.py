@@ -30,8 +30,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -81,8 +83,14 @@ FUTURE: tuple[Column, ...] = (lambda r: math.log(r.batch_mean),
 def lived_requests(records: Iterable[RouteRecord]) -> list[Lived]:
     """The answered, timed requests of a log (the probe's left out), each with what ran on the
     other instances beside it."""
-    alone = [lived for record in records if (lived := _lived(record)) is not None]
-    return [_with_others(lived, alone) for lived in alone]
+    alone = sorted((lived for record in records if (lived := _lived(record)) is not None),
+                   key=attrgetter("start"))
+    starts = [r.start for r in alone]
+    longest = max((r.end - r.start for r in alone), default=0.0)
+    # only a request that started within the longest life before this one can overlap it
+    return [_with_others(lived, alone[bisect_left(starts, lived.start - longest):
+                                      bisect_left(starts, lived.end)])
+            for lived in alone]
 
 
 def _lived(record: RouteRecord) -> Lived | None:
@@ -96,8 +104,8 @@ def _lived(record: RouteRecord) -> Lived | None:
                  max(float(o.batch_start or 1), 1.0), max(o.batch_mean or 1.0, 1.0))
 
 
-def _with_others(lived: Lived, every: Sequence[Lived]) -> Lived:
-    others = [r for r in every if r.instance != lived.instance
+def _with_others(lived: Lived, near: Sequence[Lived]) -> Lived:
+    others = [r for r in near if r.instance != lived.instance
               and r.start < lived.end and r.end > lived.start]
     at_start = sum(r.start <= lived.start for r in others)
     life = lived.end - lived.start
@@ -135,21 +143,31 @@ def online_errors(lived: Sequence[Lived], columns: Sequence[Column],
                   judged: Collection[str]) -> list[float]:
     """The relative errors, on the requests `judged`, of the same fit as `hindsight_errors`
     made before each request from the requests that had ended by its start (ridge on the
-    slopes: `ONLINE_RIDGE`); one with too little before it (`ONLINE_FIRST`) is not judged."""
-    errors = []
-    for request in lived:
-        if request.request_id not in judged:
+    slopes: `ONLINE_RIDGE`); one with too little before it (`ONLINE_FIRST`) is not judged.
+    The sums of the ended requests grow as the requests start (a level or slope no request
+    has yet: weight 0, as if absent)."""
+    levels = sorted({(r.instance, r.cls) for r in lived})
+    instances = sorted({r.instance for r in lived})
+    rows = np.array([_row(r, levels, instances, columns) for r in lived])
+    logs = np.array([math.log(r.total_ms / r.tokens) for r in lived])
+    size = rows.shape[1] if len(lived) else 0
+    ridge = np.diag([0.0] * len(levels) + [ONLINE_RIDGE] * (size - len(levels)))
+    xtx, xty = np.zeros((size, size)), np.zeros(size)
+    by_end = sorted(range(len(lived)), key=lambda i: lived[i].end)
+    ended, seen, errors = 0, set(), []
+    for i in sorted(range(len(lived)), key=lambda i: lived[i].start):
+        request = lived[i]
+        while ended < len(by_end) and lived[by_end[ended]].end <= request.start:
+            j = by_end[ended]
+            xtx += np.outer(rows[j], rows[j])
+            xty += rows[j] * logs[j]
+            seen.add((lived[j].instance, lived[j].cls))
+            ended += 1
+        if (request.request_id not in judged or ended < ONLINE_FIRST
+                or (request.instance, request.cls) not in seen):
             continue
-        past = [r for r in lived if r.end <= request.start]
-        levels = sorted({(r.instance, r.cls) for r in past})
-        if len(past) < ONLINE_FIRST or (request.instance, request.cls) not in levels:
-            continue
-        instances = sorted({r.instance for r in past})
-        rows = np.array([_row(r, levels, instances, columns) for r in past])
-        logs = np.array([math.log(r.total_ms / r.tokens) for r in past])
-        ridge = np.diag([0.0] * len(levels) + [ONLINE_RIDGE] * (rows.shape[1] - len(levels)))
-        weights = np.linalg.lstsq(rows.T @ rows + ridge, rows.T @ logs, rcond=None)[0]
-        fitted = math.exp(float(np.array(_row(request, levels, instances, columns)) @ weights))
+        weights = np.linalg.lstsq(xtx + ridge, xty, rcond=None)[0]
+        fitted = math.exp(float(rows[i] @ weights))
         errors.append(abs(fitted * request.tokens - request.total_ms) / request.total_ms)
     return errors
 
