@@ -96,7 +96,7 @@ def describe_model(model: RouteModel, configs: Iterable[str] = ()) -> list[str]:
     """The route model: the prior it starts from and what the log has taught it, per
     speculation config (those measured, and `configs`: the instances' own)."""
     p, e = model.prior, model.evidence
-    prefill = ", ".join(f"{k} {model.prefill_ms_per_token(k):.2f} (n={v.n})"
+    prefill = ", ".join(f"{k} {model.prefill_ms_per_token(k):.2f} ({v.n} tokens)"
                         for k, v in sorted(e.prefill.items())) or "(prior only)"
     measured = paces(model, configs)
     counts = ", ".join(f"{e.n_config(pace.profile)} on {pace.profile}" for pace in measured)

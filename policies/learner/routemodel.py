@@ -39,6 +39,9 @@ from policies.policyfile.schema import Assume
 # A request's prefill rate is learned only from prompts at least this long (short prompts are
 # dominated by fixed per-request costs).
 MIN_PREFILL_TOKENS: Final = 32
+# The prior's prefill rate is worth this many prompt tokens: three of the shortest prompts
+# learned from.
+PREFILL_PRIOR_TOKENS: Final = 3 * MIN_PREFILL_TOKENS
 # Completion lengths borrow this many pseudo-requests from the machine prior.
 COMPLETION_PRIOR_WEIGHT: Final = 3.0
 # No observations (immutable: one shared instance, not a new one per lookup on every decision).
@@ -59,7 +62,8 @@ class RouteEvidence:
     sampled: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # sampled or thinking
     plain: ScalarEvidence = field(default_factory=ScalarEvidence)  # log(ms/token) on plain instances
     probes: Mapping[str, int] = field(default_factory=dict)  # config -> startup probes among them
-    prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # config -> ms/token
+    # config -> ms/token of prefill, each prompt weighted by its uncached tokens (n: tokens)
+    prefill: Mapping[str, ScalarEvidence] = field(default_factory=dict)
     completion: Mapping[str, ScalarEvidence] = field(default_factory=dict)  # class -> tokens
     # class -> y = log(completion tokens) over the request's inputs, every served request but
     # the probes' (one regression over them all; per class, its residual spread)
@@ -114,7 +118,7 @@ class RouteEvidence:
             "sampled": scalars(self.sampled),
             "plain": [self.plain.n, self.plain.total, self.plain.squares],
             "probes": dict(sorted(self.probes.items())),
-            "prefill": scalars(self.prefill),
+            "prefill_by_token": scalars(self.prefill),
             "completion": scalars(self.completion),
             "length": {k: v.as_json() for k, v in sorted(self.length.items())},
             "batch": {k: v.as_json() for k, v in sorted(self.batch.items())},
@@ -135,7 +139,9 @@ class RouteEvidence:
             sampled={str(k): scalar(v) for k, v in dict(sampled).items()},
             plain=scalar(data["plain"]),
             probes={str(k): int(v) for k, v in dict(data.get("probes", {})).items()},
-            prefill={str(k): scalar(v) for k, v in dict(data["prefill"]).items()},
+            # sums written when each prompt weighed one (`prefill`): none learned yet
+            prefill={str(k): scalar(v)
+                     for k, v in dict(data.get("prefill_by_token", {})).items()},
             completion={str(k): scalar(v) for k, v in dict(data["completion"]).items()},
             # sums written before lengths were learned per request: none learned yet
             length={str(k): Evidence.from_json(v) for k, v in dict(data.get("length", {})).items()},
@@ -256,7 +262,11 @@ def _others(evidence: RouteEvidence, o: Observation) -> dict[str, Any]:
     uncached = o.prompt_tokens - o.cached_tokens
     if o.ttft_ms is not None and not o.queued and uncached >= MIN_PREFILL_TOKENS:
         prefill = dict(evidence.prefill)
-        prefill[o.config] = prefill.get(o.config, _NO_DATA).plus(o.ttft_ms / uncached)
+        # weighted by its tokens: the sums give the time over the tokens of every prompt, as
+        # the report's (a short prompt's first token is mostly fixed costs and the wait for
+        # its neighbours' prompts in a batch: one per-token figure each, they priced a long
+        # prompt's prefill at 3-4x what it took)
+        prefill[o.config] = prefill.get(o.config, _NO_DATA).plus(o.ttft_ms / uncached, uncached)
         changes["prefill"] = prefill
     return changes
 
@@ -320,7 +330,9 @@ class RouteModel:
         data = self.evidence.prefill.get(config, _NO_DATA)
         if data.n == 0:
             return self.prior.prefill_ms_per_token
-        return _shrunk(data.total, data.n, self.prior.prefill_ms_per_token)
+        prior_tokens = PREFILL_PRIOR_TOKENS
+        return ((data.total + prior_tokens * self.prior.prefill_ms_per_token)
+                / (data.n + prior_tokens))
 
     def completion_tokens(self, x: Vector, max_tokens: int) -> float:
         """Expected completion tokens of a request with inputs `x`, capped by its max_tokens

@@ -95,6 +95,28 @@ def test_the_plain_step_prefill_and_reply_length_are_learned_over_the_prior() ->
     assert RouteModel(LOCAL_PAIR, RouteEvidence()).typical_tokens == LOCAL_PAIR.completion_tokens
 
 
+def test_the_prefill_rate_weighs_each_prompt_by_its_tokens() -> None:
+    # in a batch, a short prompt's first token waits for its neighbours' prompts: 40 tokens,
+    # 2 s (50 ms a token); a 270-token prompt alone takes 20 ms a token. Weighted by tokens the
+    # rate is the time over the tokens (as the report's), not the mean of the two figures.
+    base = Observation("prose", "en", 0.3, "plain", 100, 20.0, ts="t0")
+    short = [replace(base, prompt_tokens=40, ttft_ms=2000.0, ts=f"s{i}") for i in range(4)]
+    long = [replace(base, prompt_tokens=270, ttft_ms=5400.0, ts=f"l{i}") for i in range(4)]
+    evidence = gather(short + long, ASSUME)
+    rate = RouteModel(NEUTRAL, evidence).prefill_ms_per_token("plain")
+    measured = (4 * 2000.0 + 4 * 5400.0) / (4 * 40 + 4 * 270)
+    assert rate == pytest.approx(measured, rel=0.1) and rate < 0.8 * (50.0 + 20.0) / 2
+    assert evidence.prefill["plain"].n == 4 * 40 + 4 * 270  # its tokens
+    online = RouteEvidence()
+    for o in short + long:
+        online = observe(online, o, ASSUME)
+    assert online.prefill == evidence.prefill
+    # sums written when each prompt weighed one are not read as tokens: relearned from the log
+    older = {**evidence.as_json(), "prefill": {"plain": [8, 280.0, 9000.0]}}
+    del older["prefill_by_token"]
+    assert RouteEvidence.from_json(older).prefill == {}
+
+
 def test_sampled_requests_have_their_own_speedup() -> None:
     sampled = [replace(o, temperature=0.7) for o in synthetic.observations(
         synthetic.CPU_PAIR, 200, seed=8)]
