@@ -17,6 +17,9 @@ sets of columns:
 - with the future: log(the mean batch over its life) and log(1 + the mean number on the other
   instances over its life): what it would know if it saw the requests still to come.
 
+Beside the router's own error, its route model replayed over the log (`bench.route_replay`:
+each request from the records ended before it started, at its tokens and the batch it joined).
+
 A request's life is [end - total_ms, end], its end the record's `ts` (written when the answer
 ends). The start-up probe's records and the failed ones are left out.
 
@@ -40,9 +43,11 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import numpy as np
 
 from bench.arms_batch import ErrorSummary, prediction_errors, summarize
+from bench.route_replay import replay_errors
 from decisionlog.readers import iter_log_records
 from decisionlog.records import RouteRecord
 from policies.learner.observation import PROBE_REASON
+from policies.policyfile.machine import BUILTIN, NEUTRAL, MachinePrior
 
 if TYPE_CHECKING:
     from bench.arms import Served
@@ -198,9 +203,10 @@ def log_ceiling(log: Path, served: Sequence[Served]) -> Ceiling | None:
     return ceiling(lived_requests(iter_log_records([log])), judged)
 
 
-def report(log: Path) -> str:
-    """One log's lines: the router's own prediction error, then the two hindsight fits', all
-    over the same requests (those whose decision predicted a finish)."""
+def report(log: Path, prior: MachinePrior = NEUTRAL) -> str:
+    """One log's lines: the router's own prediction error, its route model's replayed from
+    `prior` (`bench.route_replay`), then the fits', all over the same requests (those whose
+    decision predicted a finish)."""
     records = list(iter_log_records([log]))
     lived = lived_requests(records)
     judged = {r.request_id for r in records if r.decision.get("reason") != PROBE_REASON}
@@ -211,6 +217,8 @@ def report(log: Path) -> str:
     instances = len({r.instance for r in lived})
     lines = [f"{log}: {len(lived)} answered requests on {instances} instances"]
     lines.append(f"  the router's prediction          {_summary(own)}")
+    replayed = summarize(replay_errors(records, judged, prior))
+    lines.append(f"  its route model, replayed        {_summary(replayed)}")
     if bounds is not None:
         lines.append(f"  hindsight fit, known at start    {_summary(bounds.known)}")
         lines.append(f"  hindsight fit, with the future   {_summary(bounds.future)}")
@@ -231,12 +239,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "decision log, in hindsight, with what was known at each start and with "
                     "the batch it went on to run in")
     parser.add_argument("logs", nargs="+", type=Path, help="decision logs (decisions.jsonl)")
+    parser.add_argument("--prior", default=NEUTRAL.name, choices=sorted(BUILTIN),
+                        help="the machine prior the route model is replayed from (the "
+                             "policy's `prior:`; default %(default)s)")
     args = parser.parse_args(argv)
     missing = [str(log) for log in args.logs if not log.is_file()]
     if missing:
         print(f"bench.prediction_ceiling: no such log: {', '.join(missing)}", file=sys.stderr)
         return 2
-    print("\n".join(report(log) for log in args.logs))
+    prior = BUILTIN[args.prior]
+    print("\n".join(report(log, prior) for log in args.logs))
     return 0
 
 

@@ -123,6 +123,11 @@ def test_the_command_reports_each_log_and_refuses_a_missing_one(
     assert "40 answered requests on 2 instances" in out
     assert "the router's prediction          median 0%" in out  # it predicted each total
     assert "hindsight fit, with the future   median 0%" in out
+    assert "its route model, replayed        median" in out  # bench.route_replay's
+    assert main([str(log), "--prior", "gb10-ds4"]) == 0
+    with pytest.raises(SystemExit):
+        main([str(log), "--prior", "no-such-machine"])
+    capsys.readouterr()
     assert main([str(tmp_path / "nope.jsonl")]) == 2
     assert "no such log" in capsys.readouterr().err
 
