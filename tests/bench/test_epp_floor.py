@@ -88,6 +88,16 @@ def test_the_target_lines_say_met_or_missed() -> None:
     assert epp.target_sse(tallies)[0].endswith("+50 us against +40 (+10): met")
 
 
+def test_memory_is_bounded_when_the_last_third_of_the_rounds_levels_off() -> None:
+    # the stores fill in the first rounds, then the RSS stays: bounded, though +15% overall
+    filling = [250.0, 288.0, 310.0, 319.0, 327.0, 330.0, 331.0]
+    line = epp.bounded(filling)
+    assert "+14.9% from the first round to the last" in line and line.endswith(": met")
+    assert "rounds 5-6" in line
+    assert epp.bounded([250.0, 288.0, 310.0, 319.0, 331.0]).endswith(": missed")  # still rising
+    assert "not judged" in epp.bounded([250.0, 288.0, 290.0])
+
+
 def test_the_220k_targets_count_failures_and_stand_beside_gie() -> None:
     args = epp.parse_args(["--clients", "20", "1"])
     assert args.sizes == ["1k", "42k", "220k", "sse"] and args.clients == [1, 20]
