@@ -765,23 +765,27 @@ def memory(fronts: Sequence[Front]) -> list[str]:
         line = (f"{front.name}, RSS (MB): {rss[0]:.1f} before the rounds, after each "
                 + " / ".join(f"{v:.1f}" for v in rss[1:])
                 + f", peak (VmHWM) {front.peak_rss_mb():.1f}")
-        if front.name == PICKER:
-            line += "; " + bounded(rss)
+        # every front's growth beside the picker's verdict: the do-nothing picker's is the
+        # gRPC server's own, with nothing kept per request
+        line += "; " + bounded(rss, judged=front.name == PICKER)
         lines.append(line)
     return lines
 
 
-def bounded(rss: Sequence[float]) -> str:
-    """The verdict on an RSS series (before the rounds, then after each): levelled off over
-    the last third of the rounds."""
+def bounded(rss: Sequence[float], judged: bool = True) -> str:
+    """An RSS series (before the rounds, then after each): its growth from the first round,
+    and over the last third of the rounds, where `judged` with the verdict on it (levelled
+    off: at most RSS_LEVEL)."""
     rounds = len(rss) - 1
     if rounds < 3:
         return f"bounded: not judged ({rounds} round{'s' if rounds != 1 else ''}, at least 3)"
     start = round(rounds * LEVEL_FROM)
     last = f"round {rounds}" if start + 1 == rounds else f"rounds {start + 1}-{rounds}"
     levelled = rss[-1] / rss[start] - 1
-    return (f"{rss[-1] / rss[1] - 1:+.1%} from the first round to the last; bounded ({last} "
-            f"add at most {RSS_LEVEL:.0%}: {levelled:+.1%}): "
+    grown = f"{rss[-1] / rss[1] - 1:+.1%} from the first round to the last"
+    if not judged:
+        return f"{grown}, {levelled:+.1%} over {last}"
+    return (f"{grown}; bounded ({last} add at most {RSS_LEVEL:.0%}: {levelled:+.1%}): "
             f"{verdict(levelled <= RSS_LEVEL, levelled)}")
 
 

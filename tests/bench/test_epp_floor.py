@@ -96,6 +96,8 @@ def test_memory_is_bounded_when_the_last_third_of_the_rounds_levels_off() -> Non
     assert "rounds 5-6" in line
     assert epp.bounded([250.0, 288.0, 310.0, 319.0, 331.0]).endswith(": missed")  # still rising
     assert "not judged" in epp.bounded([250.0, 288.0, 290.0])
+    floor = epp.bounded([55.0, 92.7, 92.6, 95.3, 100.9, 111.3, 110.8], judged=False)
+    assert floor == "+19.5% from the first round to the last, +9.8% over rounds 5-6"
 
 
 def test_the_220k_targets_count_failures_and_stand_beside_gie() -> None:
