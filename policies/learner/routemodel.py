@@ -330,9 +330,8 @@ class RouteModel:
         data = self.evidence.prefill.get(config, _NO_DATA)
         if data.n == 0:
             return self.prior.prefill_ms_per_token
-        prior_tokens = PREFILL_PRIOR_TOKENS
-        return ((data.total + prior_tokens * self.prior.prefill_ms_per_token)
-                / (data.n + prior_tokens))
+        return _shrunk(data.total, data.n, self.prior.prefill_ms_per_token,
+                       PREFILL_PRIOR_TOKENS)
 
     def completion_tokens(self, x: Vector, max_tokens: int) -> float:
         """Expected completion tokens of a request with inputs `x`, capped by its max_tokens
@@ -353,8 +352,8 @@ def _typical_tokens(prior: MachinePrior, evidence: RouteEvidence) -> float:
                    prior.completion_tokens)
 
 
-def _shrunk(total: float, n: int, prior: float) -> float:
-    """The mean of `n` logged values summing to `total`, with the prior's value worth
-    COMPLETION_PRIOR_WEIGHT of them."""
-    k = COMPLETION_PRIOR_WEIGHT
-    return (total + k * prior) / (n + k)
+def _shrunk(total: float, n: float, prior: float,
+            weight: float = COMPLETION_PRIOR_WEIGHT) -> float:
+    """The mean of `n` logged values (or weights) summing to `total`, with the prior's value
+    worth `weight` of them."""
+    return (total + weight * prior) / (n + weight)
