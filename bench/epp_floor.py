@@ -11,8 +11,11 @@ nothing more:
                                       `envoy.lb`, router.epp.messages.picked's answer), with
                                       `answer: watched` in the namespace `specroute` so the
                                       route passes `specroute.edit` by, and one "go on" per
-                                      body chunk held
-    watch stream (observability mode) read to its end; nothing sent
+                                      body chunk held; then the stream ended
+    watch stream (observability mode) read to the answer's end, then ended; nothing sent
+
+Each stream is ended by the picker as soon as nothing more on it needs an answer, as
+router.epp.server ends its own.
 
 No parsing, no decision, no record: what Python's gRPC and Envoy's ext_proc cost on their own.
 
@@ -83,14 +86,21 @@ class Floor:
         if message is grpc.aio.EOF:
             return
         if message.observability_mode:
-            while await context.read() is not grpc.aio.EOF:
-                pass
+            while message is not grpc.aio.EOF and not _answer_end(message):
+                message = await context.read()
             return
         stream = PickStream(self.endpoints)
         while message is not grpc.aio.EOF:
             for response in stream.on(message):
                 await context.write(response)
+            if stream.answered:  # ended here, as router.epp.server ends its streams
+                return
             message = await context.read()
+
+
+def _answer_end(message: ext_proc.ProcessingRequest) -> bool:
+    kind = message.WhichOneof("request") or ""
+    return kind.startswith("response") and messages.ends_its_side(message)
 
 
 async def serve(port: int, endpoints: Sequence[str]) -> None:

@@ -34,12 +34,14 @@ class Edit:
     splitter: SSESplitter = field(default_factory=SSESplitter)
     meter: StreamMeter = field(default_factory=lambda: StreamMeter(started_at=0.0))  # unread
     answer: bytearray = field(default_factory=bytearray)  # a JSON answer, edited at its end
+    ended: bool = False  # the answer's last message is answered
 
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         if self.added is None:  # from the pick's metadata, forwarded
             strip = set(messages.ours(message).get("strip", "").split(","))
             self.added = Added(usage="usage" in strip, meta_info="meta_info" in strip)
         kind = message.WhichOneof("request")
+        self.ended = self.ended or messages.ends_its_side(message)
         if kind == "response_headers":
             headers = messages.header_map(message.response_headers)
             self.content_type = headers.get("content-type", "")

@@ -34,6 +34,15 @@ UPSTREAM_ADDRESS: Final = "upstream.address"  # deploy/envoy's `response_attribu
 CODE_DETAILS: Final = "response.code_details"  # `via_upstream` when an instance answered
 
 
+def ends_its_side(request: ext_proc.ProcessingRequest) -> bool:
+    """Whether Envoy's message is the last of the request's, or of the answer's: headers or a
+    body chunk with end_of_stream, or trailers."""
+    kind = request.WhichOneof("request")
+    if kind is None or kind.endswith("_trailers"):
+        return kind is not None
+    return bool(getattr(request, kind).end_of_stream)
+
+
 def header_map(headers: ext_proc.HttpHeaders) -> dict[str, str]:
     """Envoy's headers as lower-case names to values (Envoy sends values as `raw_value`)."""
     out: dict[str, str] = {}

@@ -68,10 +68,18 @@ class Pick:
     # the answer sent on this stream too (one filter) or to a watcher (deploy/envoy's three).
     duplex: bool = False
     answers_here: bool = False
+    request_ended: bool = False  # Envoy sent the request's last message
     exchange: Exchange | None = None  # picked, routed
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more on this stream needs an answer: the request is answered whole (the
+        chunks of one passed on, to its end) and its answer goes to another filter's stream."""
+        return self.done and not self.answers_here and (self.request_ended or not self.passing)
 
     async def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         kind = message.WhichOneof("request")
+        self.request_ended = self.request_ended or messages.ends_its_side(message)
         if kind == "request_headers":
             self.subset = messages.endpoint_subset(message)
             modes = message.protocol_config

@@ -7,10 +7,11 @@ import itertools
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from bench import epp
-from bench.epp_floor import PickStream
+from bench.epp_floor import Floor, PickStream
 from bench.proxy_overhead import Sample
 from router.epp import messages
 from router.epp.pick import WATCHED
+from tests.router.epp.test_parity import Stream
 
 ENDPOINTS = ["127.0.0.1:8001", "127.0.0.1:8002"]
 
@@ -118,3 +119,17 @@ def test_the_220k_targets_count_failures_and_stand_beside_gie() -> None:
     assert "Envoy + picker 40.0 ms, 120 req/s" in here
     assert epp.failed_requests(tallies, sweep, ["220k"], args, names) == [
         "failed requests, Envoy + do-nothing picker: 220k 2; the first: reset"]
+
+
+async def test_the_floor_ends_its_streams_where_the_picker_ends_its_own() -> None:
+    floor = Floor(ENDPOINTS)
+    pick = Stream([_headers(), _body(end=False), _body(end=True)])
+    answer = ext_proc.ProcessingRequest()
+    answer.response_body.end_of_stream = True
+    watch = Stream([_headers(), answer, _trailers()])
+    watch.steps[0].observability_mode = True
+    for stream in (pick, watch):
+        await floor.Process(stream.messages(), stream)
+    assert (pick.read_past, watch.read_past) == (0, 0)
+    assert len(pick.written) == 3 and watch.written == []
+    assert len(watch.steps) == 1  # ended at the answer's end, not read on

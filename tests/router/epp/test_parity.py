@@ -17,6 +17,7 @@ import grpc
 import pytest
 from aiohttp import web
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from backends.local.simulator import Fault, SimState, create_sim_app
@@ -290,10 +291,12 @@ class Stream:
         self.steps = steps
         self.reset = reset
         self.written: list[ext_proc.ProcessingResponse] = []
+        self.read_past = 0  # reads after the last step: the picker waited on Envoy to end it
 
     async def read(self) -> Any:
         if self.steps:
             return self.steps.pop(0)
+        self.read_past += 1
         if self.reset:
             raise asyncio.CancelledError
         return grpc.aio.EOF
@@ -343,14 +346,78 @@ async def test_a_stream_reset_once_the_answer_ended_is_a_served_turn_not_a_cut_o
         answered_by(destinations(pick.written)[0], content_type),
         ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(
             body=answer, end_of_stream=end_of_stream)))], reset=True)
-    with pytest.raises(asyncio.CancelledError):
+    if end_of_stream:  # the picker ended the stream at the answer's end: no reset reached it
         await picker.Process(watch.messages(), watch)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(asyncio.CancelledError):
+            await picker.Process(watch.messages(), watch)  # type: ignore[arg-type]
     assert watch.written == []  # nobody waits on the watcher
     outcome = (await logged(sink))[0].outcome
     served = how in ENDED_AT_THE_CLIENT
     assert outcome.client_disconnected is not served
     assert len(app[SESSIONS]) == int(served)  # a served turn's instance holds the conversation
     assert sum(app[POOL].known_inflight(name, app[DEPS].clock()) for name in app[POOL].names) == 0
+
+
+def request_stream(path: str, *chunks: bytes, answers_here: bool = False,
+                   method: str = "POST") -> Stream:
+    """A request's pick stream: its headers, then `chunks` (the last with end_of_stream)."""
+    headers = headers_message({":method": method, ":path": path,
+                               "content-type": "application/json"}, not chunks)
+    if answers_here:  # a gateway's single filter: the answer comes on this stream too
+        headers.protocol_config.response_body_mode = ProcessingMode.STREAMED
+    return Stream([headers, *[ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+        body=chunk, end_of_stream=i == len(chunks) - 1)) for i, chunk in enumerate(chunks)]])
+
+
+async def test_the_picker_ends_each_stream_once_nothing_more_on_it_needs_it(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # Envoy resets a stream still open when its request is over, and grpc.aio leaks each reset
+    # stream's last batch: the picker ends its streams itself, and only when they are done
+    e = await sim_engines(aiohttp_server)
+    sink = ListSink()
+    app = create_app(config_for(e, tmp_path, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    picker = Picker(app, fallbacks=False)
+    body = json.dumps(chat(ASKS[1])).encode()
+    streams = {
+        "routed": request_stream("/v1/chat/completions", body[:20], body[20:]),
+        "passed on to the default": request_stream("/v1/tokenize", b"{", b"}"),
+        "refused": request_stream("/v1/chat/completions", method="DELETE"),
+        "answered here": request_stream("/v1/chat/completions", body, answers_here=True),
+    }
+    for stream in streams.values():
+        await picker.Process(stream.messages(), stream)  # type: ignore[arg-type]
+    assert {how: s.read_past for how, s in streams.items()} == {
+        "routed": 0, "passed on to the default": 0, "refused": 0,
+        "answered here": 1}  # its answer comes next on it: it waits for Envoy's end
+    await logged(sink)  # the one answered here: its stream ended before its answer, a cut
+    sink.records.clear()
+    assert len(streams["routed"].written) == 3  # the pick, a "go on" per chunk
+    assert streams["passed on to the default"].written[1:] == [messages.REQUEST_BODY_CONTINUE] * 2
+    ours = ours_of(streams["routed"].written)
+    watch = Stream([watched(m, ours) for m in (
+        headers_message({}, False), answered_by(destinations(streams["routed"].written)[0]),
+        ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(
+            body=json.dumps(WHOLE_ANSWER).encode(), end_of_stream=True)))])
+    unrouted = Stream([watched(headers_message({}, False), {"exchange": ""}),
+                       watched(answered_by("127.0.0.1:1"), {"exchange": ""})])
+    edited = Stream([headers_message({":status": "200"}, False, response=True),
+                     ext_proc.ProcessingRequest(response_body=ext_proc.HttpBody(
+                         body=b"{}", end_of_stream=True))])
+    for stream in (watch, unrouted, edited):
+        await picker.Process(stream.messages(), stream)  # type: ignore[arg-type]
+    assert (watch.read_past, unrouted.read_past, edited.read_past) == (0, 0, 0)
+    assert len(edited.written) == 2  # the answer's headers and its chunk, each answered
+    assert len(unrouted.steps) == 1  # nothing to watch: ended at its first message
+    outcome = (await logged(sink))[0].outcome
+    assert not outcome.client_disconnected and outcome.completion_tokens == 1
+    await picker.exchanges.close()
+
+
+WHOLE_ANSWER = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"prompt_tokens": 30, "completion_tokens": 1}}
 
 
 @pytest.mark.parametrize("how", ["the engine breaks off", "the client leaves"])
