@@ -60,6 +60,15 @@ async def sim_engines(aiohttp_server: ServerFactory, engine: str = "llamacpp",
     return Engines(states, servers, specs)
 
 
+async def sim_app(aiohttp_server: ServerFactory, tmp: Path) -> tuple[web.Application, ListSink]:
+    """The picker's app over two simulated engines, serving, and the sink of its records."""
+    sink = ListSink()
+    app = create_app(config_for(await sim_engines(aiohttp_server), tmp, "epp"),
+                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
+    await aiohttp_server(app)
+    return app, sink
+
+
 async def test_an_engine_with_counters_only_gets_its_acceptance_read_as_in_proxy_mode(
         aiohttp_server: ServerFactory, tmp_path: Path) -> None:
     # vLLM without its per-request flag: the draft stats are only in /metrics' counters
@@ -253,11 +262,7 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
 async def test_a_pick_whose_watcher_never_comes_is_recorded_as_cut_and_frees_its_instance(
         aiohttp_server: ServerFactory, tmp_path: Path) -> None:
     # the client left before Envoy passed the request on: no watcher stream ever opens
-    e = await sim_engines(aiohttp_server)
-    sink = ListSink()
-    app = create_app(config_for(e, tmp_path, "epp"),
-                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
-    await aiohttp_server(app)
+    app, sink = await sim_app(aiohttp_server, tmp_path)
     exchanges = Exchanges(unwatched_after_s=0.2)
     pick = Pick(app, exchanges)
     await pick.on(headers_message({":method": "POST", ":path": "/v1/chat/completions",
@@ -325,11 +330,7 @@ ENDED_AT_THE_CLIENT = {
 @pytest.mark.parametrize("how", [*ENDED_AT_THE_CLIENT, "cut before [DONE]"])
 async def test_a_stream_reset_once_the_answer_ended_is_a_served_turn_not_a_cut_one(
         aiohttp_server: ServerFactory, tmp_path: Path, how: str) -> None:
-    e = await sim_engines(aiohttp_server)
-    sink = ListSink()
-    app = create_app(config_for(e, tmp_path, "epp"),
-                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
-    await aiohttp_server(app)
+    app, sink = await sim_app(aiohttp_server, tmp_path)
     picker = Picker(app, fallbacks=False)
     pick = Stream([headers_message({":method": "POST", ":path": "/v1/chat/completions",
                                     "content-type": "application/json",
@@ -374,11 +375,7 @@ async def test_the_picker_ends_each_stream_once_nothing_more_on_it_needs_it(
         aiohttp_server: ServerFactory, tmp_path: Path) -> None:
     # Envoy resets a stream still open when its request is over, and grpc.aio leaks each reset
     # stream's last batch: the picker ends its streams itself, and only when they are done
-    e = await sim_engines(aiohttp_server)
-    sink = ListSink()
-    app = create_app(config_for(e, tmp_path, "epp"),
-                     deps=Deps(sinks=(sink,), explore=False, record_interval_s=0.0))
-    await aiohttp_server(app)
+    app, sink = await sim_app(aiohttp_server, tmp_path)
     picker = Picker(app, fallbacks=False)
     body = json.dumps(chat(ASKS[1])).encode()
     streams = {
