@@ -39,8 +39,8 @@ class Relay:
                 route_headers(exchange.plan, exchange.sending.result, exchange.started))]
         return self.edit.on(message)
 
-    async def finish(self, *, stream_ended: bool, stopping: bool = False) -> None:
-        await self.watch.finish(stream_ended=stream_ended, stopping=stopping)
+    async def finish(self, *, stopping: bool = False) -> None:
+        await self.watch.finish(stopping=stopping)
 
 
 def _go_on(message: ext_proc.ProcessingRequest) -> ext_proc.ProcessingResponse:

@@ -111,15 +111,12 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
                     responses = relay.on(message)
                 for response in responses:
                     await context.write(response)
-                if relay is not None and relay.watch.answered:
-                    await relay.finish(stream_ended=False)
-                    return  # its last message answered
-                if pick.finished:
-                    return
+                if pick.finished or (relay is not None and relay.watch.answered):
+                    return  # its last message answered: accounted below
                 message = await context.read()
         finally:
             if relay is not None:
-                await relay.finish(stream_ended=True, stopping=self.stopping)
+                await relay.finish(stopping=self.stopping)
             elif pick.answers_here and pick.exchange is not None:  # ended before the answer
                 await pick.exchange.finish(cut_short=True, unobserved=self.stopping)
 
@@ -128,15 +125,14 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
         try:
             while message is not grpc.aio.EOF:
                 watch.on(message)
-                if watch.answered:  # accounted as soon as the answer's end passed
-                    await watch.finish(stream_ended=False)
                 if watch.answered or watch.exchange is None:  # nothing more to read
                     return
                 message = await context.read()
         finally:
-            # The stream ended before the answer's end (the answer broke off, or Envoy closed
-            # it `deferred_close_timeout` after the request was over): cut short.
-            await watch.finish(stream_ended=True, stopping=self.stopping)
+            # Accounted once the stream is over: cut short if it ended before the answer did
+            # (the answer broke off, or Envoy closed it `deferred_close_timeout` after the
+            # request was over).
+            await watch.finish(stopping=self.stopping)
 
     async def _edit(self, message: ext_proc.ProcessingRequest, context: Context) -> None:
         edit = Edit()

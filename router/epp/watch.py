@@ -128,11 +128,10 @@ class Watch:
         return self.answered or (self.exchange is not None
                                  and self.exchange.sending.result.meter.ended)
 
-    async def finish(self, *, stream_ended: bool, stopping: bool = False) -> None:
-        """Account for the exchange: its answer is in, or its stream ended (cut short if the
-        answer had not; unobserved if the picker is `stopping`, the answer going on)."""
+    async def finish(self, *, stopping: bool = False) -> None:
+        """Account for the exchange once its stream is over: cut short if the answer had not
+        ended; unobserved if the picker is `stopping`, the answer going on."""
         if self.exchange is None:
             return
-        if self.answered or stream_ended:
-            incomplete = not self.complete()
-            await self.exchange.finish(cut_short=incomplete, unobserved=incomplete and stopping)
+        incomplete = not self.complete()
+        await self.exchange.finish(cut_short=incomplete, unobserved=incomplete and stopping)

@@ -250,7 +250,7 @@ async def test_every_instance_envoy_passed_before_the_one_that_answered_is_marke
     end = ext_proc.HttpBody(body=json.dumps(answer).encode(), end_of_stream=True)
     watch.on(watched(ext_proc.ProcessingRequest(response_body=end), ours))
     assert watch.answered
-    await watch.finish(stream_ended=False)
+    await watch.finish()
     await logged(sink)
     outcome = sink.records[0].outcome
     assert (outcome.backend, outcome.failover_from) == (order[2], tuple(order[:2]))
