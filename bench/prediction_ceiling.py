@@ -17,6 +17,10 @@ sets of columns:
 - with the future: log(the mean batch over its life) and log(1 + the mean number on the other
   instances over its life): what it would know if it saw the requests still to come.
 
+Each set also with the batch's classes in place of its size: per instance, log(1 + the requests
+of each class beside it on its own instance), at its start or over its life (on llama-server's
+n-gram instance a story beside copy edits slows with their drafts, an edit beside stories less).
+
 Beside the router's own error, its route model replayed over the log (`bench.route_replay`:
 each request from the records ended before it started, at its tokens and the batch it joined).
 
@@ -67,6 +71,15 @@ class Lived(NamedTuple):
     batch_mean: float  # the mean batch over its life (1: none logged)
     others_start: float = 0.0  # requests on the other instances when it started
     others_mean: float = 0.0  # their mean number over its life
+    # the requests beside it on its own instance, by class: when it started, and their mean
+    # number over its life
+    beside_start: tuple[tuple[str, float], ...] = ()
+    beside_mean: tuple[tuple[str, float], ...] = ()
+
+    def beside(self, cls: str, *, future: bool) -> float:
+        """The requests of class `cls` beside it on its instance (at its start, or their mean
+        over its life)."""
+        return dict(self.beside_mean if future else self.beside_start).get(cls, 0.0)
 
 
 class Ceiling(NamedTuple):
@@ -110,13 +123,35 @@ def _lived(record: RouteRecord) -> Lived | None:
 
 
 def _with_others(lived: Lived, near: Sequence[Lived]) -> Lived:
-    others = [r for r in near if r.instance != lived.instance
-              and r.start < lived.end and r.end > lived.start]
-    at_start = sum(r.start <= lived.start for r in others)
+    overlapping = [r for r in near if r is not lived
+                   and r.start < lived.end and r.end > lived.start]
+    others = [r for r in overlapping if r.instance != lived.instance]
+    beside = [r for r in overlapping if r.instance == lived.instance]
+    at_start, mean = _counted(lived, others)
+    classes = sorted({r.cls for r in beside})
+    by_class = {cls: _counted(lived, [r for r in beside if r.cls == cls]) for cls in classes}
+    return lived._replace(others_start=at_start, others_mean=mean,
+                          beside_start=tuple((c, by_class[c][0]) for c in classes),
+                          beside_mean=tuple((c, by_class[c][1]) for c in classes))
+
+
+def _counted(lived: Lived, near: Sequence[Lived]) -> tuple[float, float]:
+    """How many of `near` (overlapping `lived`) ran when it started, and their mean number
+    over its life."""
+    at_start = float(sum(r.start <= lived.start for r in near))
     life = lived.end - lived.start
-    overlap = sum(min(r.end, lived.end) - max(r.start, lived.start) for r in others)
-    return lived._replace(others_start=float(at_start),
-                          others_mean=overlap / life if life > 0 else float(at_start))
+    overlap = sum(min(r.end, lived.end) - max(r.start, lived.start) for r in near)
+    return at_start, overlap / life if life > 0 else at_start
+
+
+def composition(classes: Iterable[str], *, future: bool) -> tuple[Column, ...]:
+    """The batch's classes as columns: log(1 + the requests of each class beside the request
+    on its instance), at its start or (`future`) over its life."""
+    return tuple(_beside_column(cls, future) for cls in sorted(set(classes)))
+
+
+def _beside_column(cls: str, future: bool) -> Column:
+    return lambda r: math.log1p(r.beside(cls, future=future))
 
 
 def hindsight_errors(lived: Sequence[Lived], columns: Sequence[Column],
@@ -220,8 +255,13 @@ def report(log: Path, prior: MachinePrior = NEUTRAL) -> str:
     replayed = summarize(replay_errors(records, judged, prior))
     lines.append(f"  its route model, replayed        {_summary(replayed)}")
     if bounds is not None:
+        classes = {r.cls for r in lived}
+        by_class = [summarize(hindsight_errors(lived, composition(classes, future=future),
+                                               judged)) for future in (False, True)]
         lines.append(f"  hindsight fit, known at start    {_summary(bounds.known)}")
+        lines.append(f"    the batch's classes instead    {_summary(by_class[0])}")
         lines.append(f"  hindsight fit, with the future   {_summary(bounds.future)}")
+        lines.append(f"    the batch's classes instead    {_summary(by_class[1])}")
         lines.append(f"  online fit, known at start       {_summary(bounds.online)}")
     return "\n".join(lines)
 

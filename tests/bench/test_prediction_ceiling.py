@@ -15,6 +15,7 @@ from bench.prediction_ceiling import (
     KNOWN,
     ONLINE_FIRST,
     ceiling,
+    composition,
     hindsight_errors,
     lived_requests,
     log_ceiling,
@@ -141,3 +142,55 @@ def test_the_fits_slopes_are_per_instance() -> None:
     errors = hindsight_errors(lived, KNOWN[:1], {r.request_id for r in lived})
     assert max(errors) == pytest.approx(0.0, abs=1e-9)
     assert math.isfinite(sum(errors))
+
+
+def _beside_edits() -> list[RouteRecord]:
+    """A story takes twice its time beside a copy edit and its time alone beside another story
+    (n-gram drafting for the edit): every story runs in a batch of 2, so the batch's size says
+    nothing of which."""
+    records = []
+    for i in range(4):
+        at = 20.0 * i
+        records.append(_record(f"e{i}", "ngram", "code", at, 5_000.0, batch_mean=1.8))
+        records.append(_record(f"s{i}", "ngram", "prose", at + 1.0, 4_000.0, batch_start=2,
+                               batch_mean=2.0))  # within the edit's life
+        for pair in "pq":  # two stories side by side, after the edit
+            records.append(_record(f"{pair}{i}", "ngram", "prose", at + 10.0, 2_000.0,
+                                   batch_start=2, batch_mean=2.0))
+    return records
+
+
+def test_the_classes_beside_a_request_on_its_instance_are_counted_at_its_start_and_over_it(
+        ) -> None:
+    records = [_record("a", "ngram", "prose", 0.0, 10_000.0),
+               _record("b", "ngram", "code", 2.0, 4_000.0),  # beside a from 2 s to 6 s
+               _record("c", "ngram", "code", -1.0, 2_000.0),  # beside a from its start to 1 s
+               _record("d", "plain", "code", 1.0, 5_000.0)]  # another instance: not beside
+    lived = {r.request_id: r for r in lived_requests(records)}
+    a = lived["a"]
+    assert a.beside("code", future=False) == 1.0  # c ran when a started
+    assert a.beside("code", future=True) == pytest.approx((4.0 + 1.0) / 10.0)
+    assert a.beside("prose", future=True) == 0.0
+    assert lived["b"].beside("prose", future=False) == 1.0
+    assert a.others_start == 0.0 and a.others_mean == pytest.approx(0.5)  # d, half a's life
+
+
+def test_the_batchs_classes_explain_what_its_size_cannot() -> None:
+    lived = lived_requests(_beside_edits())
+    judged = {r.request_id for r in lived}
+    classes = {r.cls for r in lived}
+    by_class = hindsight_errors(lived, composition(classes, future=True), judged)
+    assert max(by_class) == pytest.approx(0.0, abs=1e-9)
+    by_size = hindsight_errors(lived, FUTURE, judged)
+    assert max(by_size) > 0.2  # a story beside an edit and one beside a story look alike
+    assert len(composition(classes, future=False)) == 2  # one column per class
+
+
+def test_the_command_reports_the_fits_on_the_batchs_classes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("".join(to_json(r) + "\n" for r in _beside_edits()))
+    assert main([str(log)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    future = lines.index(next(line for line in lines if "with the future" in line))
+    assert "the batch's classes instead    median 0%" in lines[future + 1]
