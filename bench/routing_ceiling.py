@@ -45,6 +45,7 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
+from bench.arms import LeastConn
 from bench.prediction_ceiling import Lived, lived_requests
 from decisionlog.readers import iter_log_records
 
@@ -133,10 +134,10 @@ def fit_paces(lived: Sequence[Lived]) -> Paces:
     return Paces(instances, classes, weights, tokens, share)
 
 
-def fit_batch_size(lived: Sequence[Lived]) -> Paces:
+def fit_batch_size(lived: Sequence[Lived], paces: Paces) -> Paces:
     """The paces as the route model has them: a level per instance and class and one slope per
-    instance on log(1 + the requests beside it), whatever their classes (least squares)."""
-    paces = fit_paces(lived)  # the same checks, tokens and shares
+    instance on log(1 + the requests beside it), whatever their classes (least squares over
+    the requests `paces` was fitted on, keeping its tokens and shares)."""
     weights = {}
     for instance in paces.instances:
         mine = [r for r in lived if r.instance == instance]
@@ -265,17 +266,13 @@ def drained(paces: Paces, instance: str, held: Sequence[Held], slots: int) -> li
 
 
 def least_connections(instances: Sequence[str]) -> RouterFactory:
-    """bench.arms' LeastConn: the fewest in flight, ties in turn."""
+    """bench.arms' own LeastConn (the fewest in flight, ties in turn), told what is in flight."""
     def factory() -> Router:
-        after = 0  # where the turn among the tied resumes: past the last one picked
+        chooser = LeastConn(instances)
 
         def route(cls: str, placed: Placed) -> str:
-            nonlocal after
-            fewest = min(len(placed[i]) for i in instances)
-            turn = next(k for k in range(after, after + len(instances))
-                        if len(placed[instances[k % len(instances)]]) == fewest)
-            after = (turn + 1) % len(instances)
-            return instances[turn % len(instances)]
+            chooser.inflight = {i: len(placed[i]) for i in instances}
+            return chooser.pick()
         return route
     return factory
 
@@ -345,9 +342,8 @@ def clairvoyant(paces: Paces, sequence: Sequence[str], clients: int, slots: int,
     request's instance), single and paired changes kept while they shorten the makespan. A
     local optimum: a floor under what knowing the future allows, not its ceiling."""
     base = least_connections(paces.instances)
-    best = min((_descend(paces, sequence, clients, slots, base, list(s)) for s in starts),
+    return min((_descend(paces, sequence, clients, slots, base, list(s)) for s in starts),
                key=lambda run: run.makespan)
-    return best
 
 
 def _descend(paces: Paces, sequence: Sequence[str], clients: int, slots: int,
@@ -527,10 +523,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     lived = lived_requests(iter_log_records(args.logs))
     try:
-        paces, by_size = fit_paces(lived), fit_batch_size(lived)
+        paces = fit_paces(lived)
     except FitError as exc:
         print(f"bench.routing_ceiling: {exc}", file=sys.stderr)
         return 2
+    by_size = fit_batch_size(lived, paces)
     orders = sequences(paces, args.requests, args.orders, args.seed)
     levels = [level(paces, c, args.slots, orders, args.clairvoyant_orders, args.seed, by_size)
               for c in args.clients]

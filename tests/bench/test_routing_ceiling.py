@@ -229,11 +229,11 @@ def test_the_batch_size_fit_prices_every_neighbour_alike() -> None:
             code, prose = j % 3, j // 3 % 4
             lived.append(_lived(100 * k + j, instance, cls, code, prose,
                                 0.1 * (1 + code if instance == "a" else 1.0)))
-    by_size = fit_batch_size(lived)
+    exact = fit_paces(lived)
+    by_size = fit_batch_size(lived, exact)
     assert by_size.size_only
     assert by_size.seconds_per_token("a", "code", {"prose": 2}) == pytest.approx(
         by_size.seconds_per_token("a", "code", {"code": 2}))
-    exact = fit_paces(lived)
     assert exact.seconds_per_token("a", "code", {"prose": 2}) == pytest.approx(0.1)
     assert by_size.seconds_per_token("a", "code", {"prose": 2}) > 0.12
     assert by_size.weights["b", "code"][1] == pytest.approx(0.0, abs=1e-9)  # b never slows
