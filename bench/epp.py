@@ -99,6 +99,8 @@ FLOOR: Final = "Envoy + do-nothing picker"  # bench.epp_floor
 PROXY: Final = "specroute proxy"
 ROUND_ROBIN: Final = "Envoy round robin"
 BASELINE: Final = "Envoy + picker, baseline"  # --baseline: the picker from another checkout
+# --answer-floor: the do-nothing picker answering as specroute's picker does, with no decision
+ANSWER_FLOOR: Final = "Envoy + do-nothing picker, specroute's answer"
 FRONTS: Final = (DIRECT, PICKER, FLOOR, PROXY, ROUND_ROBIN)
 UPSTREAMS: Final = "upstreams"
 OWN: Final = "picker / proxy"  # the role of the front's own Python process
@@ -346,19 +348,22 @@ def start_picker(work: Path, name: str, ports: Sequence[int], tree: Path, starte
     return behind_envoy(work, name, title, argv, grpc_port, tree, started, binary), grpc_port
 
 
-def start_floor(work: Path, ports: Sequence[int], started: Processes, binary: Path) -> Front:
+def start_floor(work: Path, ports: Sequence[int], started: Processes, binary: Path,
+                answer: str = "bare") -> Front:
     """bench.epp_floor, the do-nothing picker naming the upstreams in turn, behind its own
-    Envoy running this checkout's envoy.yaml."""
+    Envoy running this checkout's envoy.yaml; `answer` "specroute": its answer shaped as
+    specroute's picker's."""
     grpc_port = free_port()
     argv = [sys.executable, "-m", "bench.epp_floor", "--port", str(grpc_port),
-            "--endpoints", ",".join(f"127.0.0.1:{port}" for port in ports)]
-    return behind_envoy(work, "floor", FLOOR, argv, grpc_port, ROOT, started, binary)
+            "--endpoints", ",".join(f"127.0.0.1:{port}" for port in ports), "--answer", answer]
+    name, title = ("floor", FLOOR) if answer == "bare" else ("floor-answer", ANSWER_FLOOR)
+    return behind_envoy(work, name, title, argv, grpc_port, ROOT, started, binary)
 
 
-async def start_fronts(work: Path, started: Processes, baseline: Path | None = None
-                       ) -> tuple[list[Front], int]:
-    """Direct to the upstreams and the four fronts (five with a baseline), all ready; and the
-    picker's gRPC port."""
+async def start_fronts(work: Path, started: Processes, baseline: Path | None = None,
+                       answer_floor: bool = False) -> tuple[list[Front], int]:
+    """Direct to the upstreams and the four fronts (one more with a baseline, one more with
+    the answer-shaped floor), all ready; and the picker's gRPC port."""
     me = [sys.executable, "-m", "bench.proxy_overhead"]  # its upstream role
     ports = [free_port(), free_port()]
     upstreams = [spawn([*me, "--role", "upstream", "--port", str(p)], work / f"up-{p}.log")
@@ -375,6 +380,8 @@ async def start_fronts(work: Path, started: Processes, baseline: Path | None = N
     if baseline is not None:
         pickers.append(start_picker(work, "baseline", ports, baseline, started, binary)[0])
     pickers.append(start_floor(work, ports, started, binary))
+    if answer_floor:
+        pickers.append(start_floor(work, ports, started, binary, answer="specroute"))
     proxy_port = free_port()
     proxy_config = specroute_config(work, proxy_port, ports[0], plain_port=ports[1], name="proxy")
     proxy = spawn([sys.executable, "-m", "router", "serve", "--config", str(proxy_config)],
@@ -687,9 +694,21 @@ def target_1k(tallies: Tallies, concurrency: int) -> list[str]:
     return [f"1 KB, added p50 <= the do-nothing picker's + {TARGET_ADDED_MS} ms: {pick:+.2f} ms "
             f"against {floor:+.2f} ({pick - floor:+.2f}): "
             + verdict(pick <= floor + TARGET_ADDED_MS, pick, floor),
+            *answer_split(tallies, pick, floor),
             f"1 KB, requests/s at c={concurrency} >= {TARGET_RPS_SHARE:.0%} of the do-nothing "
             f"picker's: {pick_rps:,.0f} against {floor_rps:,.0f} ({share:.0%}): "
             + verdict(share >= TARGET_RPS_SHARE, share)]
+
+
+def answer_split(tallies: Tallies, pick: float, floor: float) -> list[str]:
+    """With --answer-floor: how much of the picker's added time its answer's shape takes (the
+    do-nothing picker answering as it does, no decision) and how much is left to its own work."""
+    if (ANSWER_FLOOR, "1k") not in tallies:
+        return []
+    shaped = added(tallies, ANSWER_FLOOR, "1k", "total_ms")
+    return [(f"  of it, 1 KB: specroute's answer with no decision {shaped - floor:+.2f} ms "
+             f"(the do-nothing picker answering as specroute's does: {shaped:+.2f}), the "
+             f"decision and the picker's own work {pick - shaped:+.2f} ms")]
 
 
 def failures(tallies: Tallies, sweep: Sweep, name: str, case: str, levels: Sequence[int]
@@ -833,8 +852,8 @@ async def main(args: argparse.Namespace) -> None:
     deadline = began + args.max_seconds
     work = Path(tempfile.mkdtemp(prefix="specroute-bench-epp-"))
     started = Processes()
-    names = (DIRECT, PICKER, *((BASELINE,) if args.baseline else ()), FLOOR, PROXY,
-             ROUND_ROBIN)
+    names = (DIRECT, PICKER, *((BASELINE,) if args.baseline else ()), FLOOR,
+             *((ANSWER_FLOOR,) if args.answer_floor else ()), PROXY, ROUND_ROBIN)
     tallies = {(name, case): Tally() for name in names for case in args.sizes}
     sweep = {(name, case, clients): Tally()
              for name in names for case in args.sizes for clients in args.clients}
@@ -843,12 +862,14 @@ async def main(args: argparse.Namespace) -> None:
     fronts: list[Front] = []
     try:
         fronts, grpc_port = await start_fronts(
-            work, started, Path(args.baseline).resolve() if args.baseline else None)
+            work, started, Path(args.baseline).resolve() if args.baseline else None,
+            args.answer_floor)
         for front in fronts:
             front.session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0), timeout=CLIENT_TIMEOUT)
         for case in args.sizes:
-            for front in (f for f in fronts if f.name in (PICKER, BASELINE, FLOOR, PROXY)):
+            for front in (f for f in fronts
+                          if f.name in (PICKER, BASELINE, FLOOR, ANSWER_FLOOR, PROXY)):
                 await probe(front, case_body(case), PROBES, tallies[(front.name, case)])
         for front in fronts:
             front.note_rss()
@@ -910,6 +931,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline", default="",
                         help="another checkout (git worktree add DIR COMMIT) whose picker runs "
                              "beside this one, behind its own Envoy (none)")
+    parser.add_argument("--answer-floor", action="store_true",
+                        help="also the do-nothing picker answering as specroute's does (no "
+                             "decision): splits the picker's added time into its answer's and "
+                             "its own work's")
     parser.add_argument("--max-seconds", type=float, default=600.0,
                         help="wall-time bound on the measuring (600)")
     args = parser.parse_args(argv)

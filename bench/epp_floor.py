@@ -13,6 +13,11 @@ nothing more:
                                       route passes `specroute.edit` by, and one "go on" per
                                       body chunk held; then the stream ended
     watch stream (observability mode) read to the answer's end, then ended; nothing sent
+With `--answer specroute` the headers' answer carries what specroute's picker's carries besides
+its choice (router.epp.pick): the engine's headers (the client's withheld ones removed, its own
+set), the exchange's id, the answer's x-specroute-* headers and the decision's receipt, with
+the values of a typical decision: what Envoy (and the picker's writes) cost for the answer the
+issue asks for, with no decision made.
 
 Each stream is ended by the picker as soon as nothing more on it needs an answer, as
 router.epp.server ends its own.
@@ -28,13 +33,14 @@ import argparse
 import asyncio
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
+from backends.upstream import withheld
 from bench.proxy_overhead import install_uvloop
 from router.epp import messages
 
@@ -43,15 +49,31 @@ from router.epp import messages
 OURS: Final = {"answer": "watched"}
 
 Responses = list[ext_proc.ProcessingResponse]
+# --answer specroute: a typical routed decision's values, in specroute's picker's keys
+# (router.request.lifecycle.route_headers, router.epp.pick.receipt; the test holds them equal)
+ANSWER_HEADERS: Final = {
+    "x-specroute-backend": "plain-0", "x-specroute-profile": "plain",
+    "x-specroute-class": "technical", "x-specroute-reason": "finish",
+    "x-specroute-overhead-ms": "0.412", "x-specroute-request-id": "5f0c9a4e1b7d4c2a9e3f6b8d0a1c2e4f",
+    "x-specroute-pool": "auto", "x-specroute-rewrite": "none"}
+RECEIPT: Final = {
+    "request_id": "5f0c9a4e1b7d4c2a9e3f6b8d0a1c2e4f", "chosen": "plain-0", "spec": "plain",
+    "reason": "finish", "rule": "routes.technical", "class": "technical",
+    "finish_ms": {"mtp-0": 1843.2, "plain-0": 1790.6}}
+ENGINE_HEADERS: Final = {"accept-encoding": "identity"}  # backends.upstream.engine_headers
 
 
 @dataclass
 class PickStream:
-    """One request's pick stream: the body's chunks counted, the answers sent at its end."""
+    """One request's pick stream: the body's chunks counted, the answers sent at its end.
+    `full`: the headers' answer shaped as specroute's (--answer specroute)."""
 
     endpoints: Iterator[str]
+    full: bool = False
+    exchanges: Iterator[int] = field(default_factory=itertools.count)
     held: int = 0  # body chunks owed a "go on" after the headers' answer
     answered: bool = False
+    withheld: list[str] = field(default_factory=list)  # the client's headers the engine never gets
 
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         kind = message.WhichOneof("request")
@@ -62,6 +84,9 @@ class PickStream:
         if kind == "request_body":
             self.held += 1
             return self._pick() if message.request_body.end_of_stream else []
+        if kind == "request_headers" and self.full:
+            self.withheld = [name for name in messages.header_map(message.request_headers)
+                             if not name.startswith(":") and withheld(name)]
         if kind == "request_headers" and message.request_headers.end_of_stream:
             return self._pick()  # no body to wait for
         return []
@@ -70,7 +95,12 @@ class PickStream:
         if self.answered:
             return []
         self.answered = True
-        picked = messages.picked([next(self.endpoints)], {}, (), OURS)
+        if self.full:
+            ours = {"exchange": f"{next(self.exchanges):x}", **OURS, "strip": ""}
+            picked = messages.picked([next(self.endpoints)], ENGINE_HEADERS, self.withheld, ours,
+                                     ANSWER_HEADERS, RECEIPT)
+        else:
+            picked = messages.picked([next(self.endpoints)], {}, (), OURS)
         return [picked, *[messages.REQUEST_BODY_CONTINUE] * self.held]
 
 
@@ -78,8 +108,10 @@ class Floor:
     """The servicer: a stream's first message says which filter's it is, as in
     router.epp.server; read and written on the context itself, as there."""
 
-    def __init__(self, endpoints: Sequence[str]) -> None:
+    def __init__(self, endpoints: Sequence[str], full: bool = False) -> None:
         self.endpoints = itertools.cycle(endpoints)
+        self.full = full
+        self.exchanges = itertools.count()
 
     async def Process(self, request_iterator: Any, context: Any) -> None:  # the gRPC method's name
         message = await context.read()
@@ -89,7 +121,7 @@ class Floor:
             while message is not grpc.aio.EOF and not _answer_end(message):
                 message = await context.read()
             return
-        stream = PickStream(self.endpoints)
+        stream = PickStream(self.endpoints, self.full, self.exchanges)
         while message is not grpc.aio.EOF:
             for response in stream.on(message):
                 await context.write(response)
@@ -103,9 +135,9 @@ def _answer_end(message: ext_proc.ProcessingRequest) -> bool:
     return kind.startswith("response") and messages.ends_its_side(message)
 
 
-async def serve(port: int, endpoints: Sequence[str]) -> None:
+async def serve(port: int, endpoints: Sequence[str], full: bool = False) -> None:
     server = grpc.aio.server()
-    ext_proc_grpc.add_ExternalProcessorServicer_to_server(Floor(endpoints), server)
+    ext_proc_grpc.add_ExternalProcessorServicer_to_server(Floor(endpoints, full), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
@@ -117,9 +149,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True, help="the gRPC port (127.0.0.1)")
     parser.add_argument("--endpoints", required=True,
                         help="ip:port,ip:port...: the upstreams, named in turn")
+    parser.add_argument("--answer", choices=("bare", "specroute"), default="bare",
+                        help="the headers' answer: the choice only, or shaped as specroute's")
     args = parser.parse_args(argv)
     install_uvloop()
-    asyncio.run(serve(args.port, [e.strip() for e in args.endpoints.split(",") if e.strip()]))
+    asyncio.run(serve(args.port, [e.strip() for e in args.endpoints.split(",") if e.strip()],
+                      full=args.answer == "specroute"))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
+from typing import Any
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
@@ -10,8 +13,10 @@ from bench import epp
 from bench.epp_floor import Floor, PickStream
 from bench.proxy_overhead import Sample
 from router.epp import messages
-from router.epp.pick import WATCHED
-from tests.router.epp.test_parity import Stream
+from router.epp.exchange import Exchanges
+from router.epp.pick import WATCHED, Pick
+from tests.router.conftest import ServerFactory
+from tests.router.epp.test_parity import Stream, headers_message, sim_app
 
 ENDPOINTS = ["127.0.0.1:8001", "127.0.0.1:8002"]
 
@@ -70,6 +75,45 @@ def test_a_body_ending_on_trailers_and_a_request_without_body() -> None:
     assert trailers == messages.trailers(request=True)
     assert [_destination(a) for a in PickStream(itertools.cycle(ENDPOINTS)).on(
         _headers(end=True))] == [ENDPOINTS[0]]
+
+
+def _shape(answer: ext_proc.ProcessingResponse) -> dict[str, Any]:
+    """What an answer to the headers carries, its values left out where they are a decision's:
+    the header mutation, each metadata namespace's keys (the receipt's, nested)."""
+    mutation = answer.request_headers.response.header_mutation
+    namespaces = answer.dynamic_metadata.fields
+
+    def keys(struct: Any) -> dict[str, Any]:
+        return {key: keys(value.struct_value) if value.HasField("struct_value") else None
+                for key, value in struct.fields.items()}
+
+    return {"set": sorted(h.header.key for h in mutation.set_headers),
+            "remove": sorted(mutation.remove_headers),
+            "metadata": {name: keys(value.struct_value) for name, value in namespaces.items()}}
+
+
+async def test_the_answer_shaped_floor_answers_as_specroutes_picker_does(
+        aiohttp_server: ServerFactory, tmp_path: Path) -> None:
+    # --answer specroute: Envoy gets the same headers' answer as from specroute's picker (its
+    # values a typical decision's), so that the two differ by the decision alone
+    app, _ = await sim_app(aiohttp_server, tmp_path)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    client = {":method": "POST", ":path": "/v1/chat/completions",
+              "content-type": "application/json", "content-length": str(len(body)),
+              "accept-encoding": "gzip", "x-specroute-conversation": "c-1", "x-trace": "t"}
+    messages_in = [headers_message(client, False),
+                   ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+                       body=body, end_of_stream=True))]
+    pick = Pick(app, Exchanges())
+    real = [answer for message in messages_in for answer in await pick.on(message)]
+    floor = PickStream(itertools.cycle(ENDPOINTS), full=True)
+    shaped = [answer for message in messages_in for answer in floor.on(message)]
+    assert _shape(shaped[0]) == _shape(real[0])
+    assert "content-length" in _shape(real[0])["remove"]  # the shape compared is not empty
+    assert shaped[1:] == real[1:] == [messages.REQUEST_BODY_CONTINUE]
+    assert _shape(PickStream(itertools.cycle(ENDPOINTS)).on(messages_in[1])[0]) != _shape(real[0])
+    assert pick.exchange is not None
+    await pick.exchange.finish()
 
 
 def _tally(ms: float, lag_ms: float = 0.0, requests: int = 0) -> epp.Tally:
