@@ -40,7 +40,6 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 
-from backends.upstream import withheld
 from bench.proxy_overhead import install_uvloop
 from router.epp import messages
 
@@ -60,7 +59,6 @@ RECEIPT: Final = {
     "request_id": "5f0c9a4e1b7d4c2a9e3f6b8d0a1c2e4f", "chosen": "plain-0", "spec": "plain",
     "reason": "finish", "rule": "routes.technical", "class": "technical",
     "finish_ms": {"mtp-0": 1843.2, "plain-0": 1790.6}}
-ENGINE_HEADERS: Final = {"accept-encoding": "identity"}  # backends.upstream.engine_headers
 
 
 @dataclass
@@ -73,7 +71,7 @@ class PickStream:
     exchanges: Iterator[int] = field(default_factory=itertools.count)
     held: int = 0  # body chunks owed a "go on" after the headers' answer
     answered: bool = False
-    withheld: list[str] = field(default_factory=list)  # the client's headers the engine never gets
+    client_headers: list[str] = field(default_factory=list)  # the names, read with --answer specroute
 
     def on(self, message: ext_proc.ProcessingRequest) -> Responses:
         kind = message.WhichOneof("request")
@@ -85,8 +83,7 @@ class PickStream:
             self.held += 1
             return self._pick() if message.request_body.end_of_stream else []
         if kind == "request_headers" and self.full:
-            self.withheld = [name for name in messages.header_map(message.request_headers)
-                             if not name.startswith(":") and withheld(name)]
+            self.client_headers = list(messages.header_map(message.request_headers))
         if kind == "request_headers" and message.request_headers.end_of_stream:
             return self._pick()  # no body to wait for
         return []
@@ -97,7 +94,8 @@ class PickStream:
         self.answered = True
         if self.full:
             ours = {"exchange": f"{next(self.exchanges):x}", **OURS, "strip": ""}
-            picked = messages.picked([next(self.endpoints)], ENGINE_HEADERS, self.withheld, ours,
+            remove, engine = messages.for_engine(self.client_headers, "", decoded=True)
+            picked = messages.picked([next(self.endpoints)], engine, remove, ours,
                                      ANSWER_HEADERS, RECEIPT)
         else:
             picked = messages.picked([next(self.endpoints)], {}, (), OURS)

@@ -18,6 +18,8 @@ from typing import Any, Final
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
+from backends.upstream import engine_headers, withheld
+
 DESTINATION: Final = "x-gateway-destination-endpoint"
 SERVED: Final = "x-gateway-destination-endpoint-served"
 SUBSET: Final = "x-gateway-destination-endpoint-subset"
@@ -41,6 +43,17 @@ def ends_its_side(request: ext_proc.ProcessingRequest) -> bool:
     if kind is None or kind.endswith("_trailers"):
         return kind is not None
     return bool(getattr(request, kind).end_of_stream)
+
+
+def for_engine(client_headers: Iterable[str], api_key: str, *, decoded: bool
+               ) -> tuple[list[str], dict[str, str]]:
+    """The header mutation that gives the engine the proxy's headers (backends/upstream): the
+    client's headers it withholds removed (Envoy frames the request itself: its pseudo-headers
+    stay), what it sets set. A body sent on as the client encoded it keeps its
+    Content-Encoding."""
+    remove = [name for name in client_headers if not name.startswith(":") and withheld(name)
+              and (decoded or name != "content-encoding")]
+    return remove, {k.lower(): v for k, v in engine_headers(api_key).items()}
 
 
 def header_map(headers: ext_proc.HttpHeaders) -> dict[str, str]:

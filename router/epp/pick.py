@@ -26,7 +26,6 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from backends.client_view import Added
 from backends.engines import adapter_for
 from backends.openai_error import error_body
-from backends.upstream import engine_headers, withheld
 from router import state
 from router.edge.paths import MODELS, ROUTED, forwardable_path, refused_method
 from router.epp import messages
@@ -162,7 +161,7 @@ class Pick:
                 "answer": EDITED if added.usage or added.meta_info else WATCHED,
                 "strip": ",".join(k for k, on in (("usage", added.usage),
                                                    ("meta_info", added.meta_info)) if on)}
-        remove, set_headers = self._for_engine(spec.api_key, decoded=True)
+        remove, set_headers = messages.for_engine(self.headers, spec.api_key, decoded=True)
         picked = messages.picked([endpoint_of(t.base_url) for t in named], set_headers, remove,
                                  ours, route_headers(plan, sending.result, self.started),
                                  receipt(plan))
@@ -188,14 +187,6 @@ class Pick:
         return [name for name in pool.names
                 if endpoint_of(pool.runtime(name).spec.base_url) in self.subset]
 
-    def _for_engine(self, api_key: str, *, decoded: bool) -> tuple[list[str], dict[str, str]]:
-        """The header mutation that gives the engine the proxy's headers (backends/upstream):
-        what it withholds removed (Envoy frames the request itself: its pseudo-headers stay),
-        what it sets set. A body sent on as the client encoded it keeps its Content-Encoding."""
-        remove = [name for name in self.headers if not name.startswith(":") and withheld(name)
-                  and (decoded or name != "content-encoding")]
-        return remove, {k.lower(): v for k, v in engine_headers(api_key).items()}
-
     def _to_default(self) -> ext_proc.ProcessingResponse:
         app = self.app
         pool, config = app[POOL], app[state.CONFIG]
@@ -211,8 +202,8 @@ class Pick:
                     503, "No instance of the gateway's subset can serve the request.",
                     code="no_backend"))
         targets = targets if self.fallbacks else targets[:1]
-        remove, set_headers = self._for_engine(targets[0].api_key if targets else "",
-                                               decoded=False)
+        remove, set_headers = messages.for_engine(
+            self.headers, targets[0].api_key if targets else "", decoded=False)
         self.passing = True
         return messages.picked([endpoint_of(t.base_url) for t in targets], set_headers, remove)
 
